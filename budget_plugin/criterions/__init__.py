@@ -1,0 +1,3 @@
+from .budget_sentence_prediction import BudgetSentencePredictionCriterion
+
+__all__ = ["BudgetSentencePredictionCriterion"]

@@ -1,0 +1,149 @@
+"""Sentence prediction loss plus BudgetFormer's budget and exploration terms."""
+
+import math
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+import torch
+from torch import Tensor
+
+from fairseq.criterions import register_criterion
+from fairseq.criterions.sentence_prediction import (
+    SentencePredictionConfig as SentencePredictionCriterionConfig,
+    SentencePredictionCriterion,
+)
+from fairseq.logging import metrics
+
+
+@dataclass
+class BudgetSentencePredictionConfig(SentencePredictionCriterionConfig):
+    budget_weight: float = field(
+        default=1.0,
+        metadata={
+            "help": "weight of the budget term: the mean over layers and examples of "
+            "b/H, or, with --target-head-ratio, the squared distance of each layer's "
+            "batch-mean b/H to that ratio"
+        },
+    )
+    target_head_ratio: Optional[float] = field(
+        default=0.5,
+        metadata={
+            "help": "head ratio in (0, 1] that the budget term pulls each layer's "
+            "batch-mean budget towards; 'None' (or 0) for a plain linear cost on b/H"
+        },
+    )
+    exploration_weight: float = field(
+        default=0.01,
+        metadata={
+            "help": "weight of the exploration term -H(p)/log H (keeps the relevance "
+            "distribution from collapsing early), annealed with the task's schedule"
+        },
+    )
+
+
+@register_criterion("budget_sentence_prediction", dataclass=BudgetSentencePredictionConfig)
+class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
+    """fairseq's ``sentence_prediction`` loss (cross-entropy, or MSE with
+    ``--regression-target``) + budget_weight * budget term + exploration_weight *
+    rate * exploration term. The budget statistics come from the model's output
+    (``extra["budget"]``, one dict per layer)."""
+
+    def __init__(self, cfg: BudgetSentencePredictionConfig, task):
+        super().__init__(cfg, task)
+        for name in ("budget_weight", "exploration_weight"):
+            if getattr(cfg, name) < 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(cfg, name)}")
+        target = cfg.target_head_ratio or None
+        if target is not None and not 0 < target <= 1:
+            raise ValueError(f"--target-head-ratio must be in (0, 1], got {target}")
+        self.budget_weight = cfg.budget_weight
+        self.target_head_ratio = target
+        self.exploration_weight = cfg.exploration_weight
+
+    def forward(self, model, sample, reduce=True):
+        outputs = []  # the model's (logits, extra), caught as the parent computes its loss
+        hook = model.register_forward_hook(lambda module, args, output: outputs.append(output))
+        try:
+            task_loss, sample_size, logging_output = super().forward(model, sample, reduce)
+        finally:
+            hook.remove()
+        layers: List[Dict[str, Tensor]] = outputs[-1][1].get("budget") or []
+        if not layers:
+            raise ValueError(
+                "criterion budget_sentence_prediction needs a model that returns budget "
+                "statistics (--arch budgetformer*); use sentence_prediction for others"
+            )
+        budget_term = self.budget_term(layers)
+        entropy = self.relevance_entropy(layers)
+        rate = layers[0]["rate"]
+        loss = (
+            task_loss
+            + sample_size * self.budget_weight * budget_term
+            - sample_size * self.exploration_weight * rate * entropy
+        )
+        logging_output.update(self.budget_logs(layers, sample_size))
+        logging_output.update(
+            loss=loss.data,
+            task_loss=task_loss.data,
+            budget_term=budget_term.data * sample_size,
+            exploration_term=-entropy.data * sample_size,
+            relevance_entropy=entropy.data * sample_size,
+            explore_rate=rate * sample_size,
+            temperature=layers[0]["temperature"] * sample_size,
+        )
+        return loss, sample_size, logging_output
+
+    def budget_term(self, layers: List[Dict[str, Tensor]]) -> Tensor:
+        num_heads = layers[0]["selected"].size(1)
+        ratios = torch.stack([layer["budget"] for layer in layers]) / num_heads  # L x B
+        if self.target_head_ratio is None:
+            return ratios.mean()
+        return ((ratios.mean(dim=1) - self.target_head_ratio) ** 2).mean()
+
+    @staticmethod
+    def relevance_entropy(layers: List[Dict[str, Tensor]]) -> Tensor:
+        """Mean entropy of p over layers and examples, normalised to [0, 1] by log H."""
+        p = torch.stack([layer["relevance"] for layer in layers])  # L x B x H
+        entropy = -(p * p.clamp_min(1e-12).log()).sum(dim=-1) / math.log(p.size(-1))
+        return entropy.mean()
+
+    @staticmethod
+    def budget_logs(layers: List[Dict[str, Tensor]], nsentences: int) -> Dict[str, Tensor]:
+        """Summable statistics: sums over examples, one key per layer."""
+        num_layers, num_heads = len(layers), layers[0]["selected"].size(1)
+        logs = {
+            f"heads_l{i}": layer["heads"].sum().float() for i, layer in enumerate(layers)
+        }
+        logs["heads"] = sum(logs.values())
+        logs["budget"] = sum(layer["budget"].detach().sum() for layer in layers)
+        logs["layer_sentences"] = num_layers * nsentences
+        logs["head_slots"] = num_layers * num_heads * nsentences
+        logs["attn_flops"] = sum(layer["attn_flops"] for layer in layers)
+        logs["attn_flops_full"] = sum(layer["attn_flops_full"] for layer in layers)
+        return logs
+
+    @staticmethod
+    def reduce_metrics(logging_outputs) -> None:
+        SentencePredictionCriterion.reduce_metrics(logging_outputs)
+
+        def total(key):
+            return sum(float(log.get(key, 0)) for log in logging_outputs)
+
+        nsentences, sample_size = total("nsentences"), total("sample_size")
+        layer_sentences = total("layer_sentences")
+        if layer_sentences == 0:
+            return
+        metrics.log_scalar("task_loss", total("task_loss") / sample_size / math.log(2), sample_size, round=3)
+        metrics.log_scalar("heads", total("heads") / layer_sentences, layer_sentences, round=2)
+        metrics.log_scalar("head_ratio", total("heads") / total("head_slots"), total("head_slots"), round=3)
+        layer_keys = sorted(
+            {k for log in logging_outputs for k in log if k.startswith("heads_l")},
+            key=lambda k: int(k[len("heads_l"):]),
+        )
+        for key in layer_keys:
+            metrics.log_scalar(key, total(key) / nsentences, nsentences, round=2)
+        metrics.log_scalar("budget", total("budget") / layer_sentences, layer_sentences, round=2)
+        flops_full = total("attn_flops_full")
+        metrics.log_scalar("flops_ratio", total("attn_flops") / flops_full, flops_full, round=3)
+        for key in ("budget_term", "exploration_term", "relevance_entropy", "explore_rate", "temperature"):
+            metrics.log_scalar(key, total(key) / nsentences, nsentences, round=4)

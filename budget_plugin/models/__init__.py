@@ -1,0 +1,3 @@
+from .budgetformer import BudgetFormerModel
+
+__all__ = ["BudgetFormerModel"]

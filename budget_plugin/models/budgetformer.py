@@ -1,0 +1,190 @@
+"""BudgetFormer: RoBERTa's sentence encoder with budgeted attention in every layer."""
+
+from dataclasses import fields
+from typing import Iterator, Optional
+
+import torch
+
+from fairseq.dataclass.utils import gen_parser_from_dataclass
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.roberta import RobertaEncoder, RobertaModel
+from fairseq.models.roberta.model import base_architecture as roberta_architecture
+from fairseq.models.transformer import TransformerConfig, TransformerEncoder
+from fairseq.modules.transformer_sentence_encoder import init_bert_params
+from fairseq.utils import safe_getattr, safe_hasattr
+
+from ..modules import BudgetConfig, BudgetedAttention, BudgetedEncoderLayer, Exploration
+
+
+def budget_config_from_args(args) -> BudgetConfig:
+    return BudgetConfig(
+        **{f.name: safe_getattr(args, f.name, f.default) for f in fields(BudgetConfig)}
+    )
+
+
+def check_model_args(args):
+    """Fail at build time, naming the option, rather than after the first batch."""
+    heads, dim = args.encoder_attention_heads, args.encoder_embed_dim
+    if dim % heads != 0:
+        raise ValueError(
+            f"--encoder-embed-dim ({dim}) must be divisible by "
+            f"--encoder-attention-heads ({heads})"
+        )
+    if not 1 <= args.min_heads <= heads:
+        raise ValueError(
+            f"--min-heads must be in [1, {heads}] (--encoder-attention-heads), "
+            f"got {args.min_heads}"
+        )
+    if args.budget_mask_temperature <= 0:
+        raise ValueError(
+            f"--budget-mask-temperature must be > 0, got {args.budget_mask_temperature}"
+        )
+    if args.budget_pooling not in ("mean", "first"):
+        raise ValueError(
+            f"--budget-pooling must be one of mean, first; got {args.budget_pooling!r}"
+        )
+    if args.attention_path not in ("fast", "reference"):
+        raise ValueError(
+            f"--attention-path must be one of fast, reference; got {args.attention_path!r}"
+        )
+
+
+class BudgetTransformerEncoder(TransformerEncoder):
+    """fairseq's TransformerEncoder whose layers are budgeted and whose forward also
+    returns every layer's budget statistics (``encoder_out["budget"]``)."""
+
+    def build_encoder_layer(self, cfg):
+        return BudgetedEncoderLayer(
+            TransformerConfig.from_namespace(cfg), budget_config_from_args(self.args)
+        )
+
+    def forward_scriptable(
+        self, src_tokens, src_lengths=None, return_all_hiddens=False, token_embeddings=None
+    ):
+        padding_mask = src_tokens.eq(self.padding_idx)
+        has_pads = bool(padding_mask.any())
+        x, embedding = self.forward_embedding(src_tokens, token_embeddings)
+        if has_pads:
+            x = x * (1 - padding_mask.unsqueeze(-1).type_as(x))
+        x = x.transpose(0, 1)  # B x T x C -> T x B x C
+
+        states = [x] if return_all_hiddens else []
+        layer_stats = []
+        for layer in self.layers:
+            x, stats = layer(x, encoder_padding_mask=padding_mask if has_pads else None)
+            layer_stats.append(stats)
+            if return_all_hiddens:
+                states.append(x)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+
+        return {
+            "encoder_out": [x],  # T x B x C
+            "encoder_padding_mask": [padding_mask],  # B x T
+            "encoder_embedding": [embedding],  # B x T x C
+            "encoder_states": states,  # List[T x B x C]
+            "fc_results": [],
+            "src_tokens": [],
+            "src_lengths": [(~padding_mask).sum(dim=1, dtype=torch.int32).reshape(-1, 1)],
+            "budget": layer_stats,  # List[Dict[str, Tensor]], one per layer
+        }
+
+
+class BudgetFormerEncoder(RobertaEncoder):
+    def build_encoder(self, args, dictionary, embed_tokens):
+        encoder = BudgetTransformerEncoder(args, dictionary, embed_tokens)
+        encoder.apply(init_bert_params)
+        return encoder
+
+    def extract_features(self, src_tokens, return_all_hiddens=False, **kwargs):
+        encoder_out = self.sentence_encoder(
+            src_tokens,
+            return_all_hiddens=return_all_hiddens,
+            token_embeddings=kwargs.get("token_embeddings", None),
+        )
+        features = encoder_out["encoder_out"][0].transpose(0, 1)  # B x T x C
+        inner_states = encoder_out["encoder_states"] if return_all_hiddens else None
+        return features, {"inner_states": inner_states, "budget": encoder_out["budget"]}
+
+
+@register_model("budgetformer")
+class BudgetFormerModel(RobertaModel):
+    """RoBERTa-style classifier whose attention layers choose, per input, how many
+    heads to run and which. ``model(tokens)[1]["budget"]`` holds each layer's
+    statistics; ``set_exploration`` is driven by the task's schedule."""
+
+    @classmethod
+    def hub_models(cls):
+        return {}
+
+    def __init__(self, args, encoder):
+        super().__init__(args, encoder)  # applies init_bert_params to every nn.Linear ...
+        for attention in self.budgeted_attentions():  # ... so the router is re-initialised
+            attention.reset_router_parameters()
+
+    @staticmethod
+    def add_args(parser):
+        RobertaModel.add_args(parser)
+        gen_parser_from_dataclass(parser, BudgetConfig())
+
+    @classmethod
+    def build_model(cls, args, task):
+        from omegaconf import OmegaConf
+
+        if OmegaConf.is_config(args):
+            OmegaConf.set_struct(args, False)
+        budgetformer_architecture(args)
+        check_model_args(args)
+        if not safe_hasattr(args, "max_positions"):
+            if not safe_hasattr(args, "tokens_per_sample"):
+                args.tokens_per_sample = task.max_positions()
+            args.max_positions = args.tokens_per_sample
+        encoder = BudgetFormerEncoder(args, task.source_dictionary)
+        if OmegaConf.is_config(args):
+            OmegaConf.set_struct(args, True)
+        return cls(args, encoder)
+
+    def budgeted_attentions(self) -> Iterator[BudgetedAttention]:
+        return (m for m in self.modules() if isinstance(m, BudgetedAttention))
+
+    def set_exploration(self, exploration: Exploration):
+        for attention in self.budgeted_attentions():
+            attention.exploration = exploration
+
+    def force_heads(self, heads: Optional[int]):
+        """Run exactly ``heads`` heads per layer for every input (None: the learned budget)."""
+        for attention in self.budgeted_attentions():
+            if heads is not None and not 1 <= heads <= attention.num_heads:
+                raise ValueError(f"forced heads must be in [1, {attention.num_heads}], got {heads}")
+            attention.forced_heads = heads
+
+
+@register_model_architecture("budgetformer", "budgetformer")
+def budgetformer_architecture(args):
+    for f in fields(BudgetConfig):
+        setattr(args, f.name, safe_getattr(args, f.name, f.default))
+    roberta_architecture(args)
+
+
+@register_model_architecture("budgetformer", "budgetformer_base")
+def budgetformer_base_architecture(args):
+    budgetformer_architecture(args)
+
+
+def _sized(layers: int, dim: int, ffn: int, heads: int):
+    def architecture(args):
+        args.encoder_layers = safe_getattr(args, "encoder_layers", layers)
+        args.encoder_embed_dim = safe_getattr(args, "encoder_embed_dim", dim)
+        args.encoder_ffn_embed_dim = safe_getattr(args, "encoder_ffn_embed_dim", ffn)
+        args.encoder_attention_heads = safe_getattr(args, "encoder_attention_heads", heads)
+        budgetformer_architecture(args)
+
+    return architecture
+
+
+for _name, _size in {
+    "budgetformer_large": (24, 1024, 4096, 16),
+    "budgetformer_small": (4, 256, 1024, 8),
+    "budgetformer_tiny": (2, 64, 128, 4),
+}.items():
+    register_model_architecture("budgetformer", _name)(_sized(*_size))

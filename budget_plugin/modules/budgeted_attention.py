@@ -1,0 +1,310 @@
+"""Budgeted multi-head self-attention: the attention math of BudgetFormer.
+
+For every input the layer predicts, from a summary ``s`` of its input,
+
+* a head budget   ``b(x) = m + (H - m) * sigmoid(w_b . s + c_b)``  in ``[m, H]``,
+* a relevance     ``p(x) = softmax(W_r s / temperature)``           over the H heads,
+
+and runs the ``k = clamp(round(b), m, H)`` most relevant heads.  The other heads
+contribute exactly zero, and at inference they are not computed at all.
+
+Training needs gradients for two discrete choices (which heads, how many).  The
+gate of head h has the forward value of the hard selection (0 or 1, so a layer at
+full budget *is* a standard attention layer) and straight-through gradients:
+
+    gate_h = sel_h + ST(sigmoid((b - rank_h - 0.5) / t)) + ST(H * p_h),    ST(z) = z - z.detach()
+
+The soft count mask gives the budget predictor the task gradient of adding or
+dropping the heads next to its boundary; the relevance term moves probability
+towards heads whose output lowers the loss (a first-order estimate, available for
+every head because training computes all of them).
+"""
+
+from dataclasses import dataclass, field
+from typing import Dict, NamedTuple, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from fairseq.modules import MultiheadAttention
+
+POOLING_CHOICES = ChoiceEnum(["mean", "first"])
+ATTENTION_PATH_CHOICES = ChoiceEnum(["fast", "reference"])
+
+
+@dataclass
+class BudgetConfig(FairseqDataclass):
+    """Options of the budgeted attention, shared by every layer of a model."""
+
+    min_heads: int = field(
+        default=1, metadata={"help": "fewest heads a layer runs for any input (m)"}
+    )
+    budget_pooling: POOLING_CHOICES = field(
+        default="mean",
+        metadata={
+            "help": "summary the router reads: masked mean of the layer input over "
+            "non-padding tokens, or the first token (<s>)"
+        },
+    )
+    budget_mask_temperature: float = field(
+        default=0.5,
+        metadata={
+            "help": "temperature t of the soft head-count mask "
+            "sigmoid((b - rank - 0.5) / t) that carries the task gradient to the budget"
+        },
+    )
+    budget_init_bias: float = field(
+        default=3.0,
+        metadata={
+            "help": "initial logit of the budget predictor; 3.0 starts every layer "
+            "at all heads (b = m + 0.95 (H - m), which rounds to H for H <= 10 + m)"
+        },
+    )
+    attention_path: ATTENTION_PATH_CHOICES = field(
+        default="fast",
+        metadata={
+            "help": "inference path: 'fast' computes only the selected heads, "
+            "'reference' computes every head and zeroes the unselected ones"
+        },
+    )
+
+
+class Exploration(NamedTuple):
+    """Exploration state for one update, set by the task's schedule."""
+
+    rate: float = 0.0  # 1 = full exploration (start of training), 0 = pure top-k exploitation
+    noise: float = 0.0  # scale of the Gumbel noise on the relevance logits
+    uniform: float = 0.0  # probability that an example's heads are ranked uniformly at random
+    temperature: float = 1.0  # softmax temperature of the relevance distribution
+
+
+class HeadRoute(NamedTuple):
+    budget: Tensor  # B, continuous budget b(x) (differentiable)
+    heads: Tensor  # B, heads run per example: k = clamp(round(b), m, H)
+    selected: Tensor  # B x H, bool
+    gate: Tensor  # B x H, forward value == selected; straight-through gradients
+    relevance: Tensor  # B x H, p(x)
+
+
+def straight_through(z: Tensor) -> Tensor:
+    """Zero in the forward pass, the gradient of ``z`` in the backward pass."""
+    return z - z.detach()
+
+
+def split_heads(t: Tensor, num_heads: int) -> Tensor:
+    """T x B x (H*d) -> B x H x T x d"""
+    T, B, _ = t.shape
+    return t.view(T, B, num_heads, -1).permute(1, 2, 0, 3)
+
+
+def merge_heads(t: Tensor) -> Tensor:
+    """B x H x T x d -> T x B x (H*d)"""
+    B, H, T, d = t.shape
+    return t.permute(2, 0, 1, 3).reshape(T, B, H * d)
+
+
+def keep_mask(key_padding_mask: Optional[Tensor]) -> Optional[Tensor]:
+    """fairseq's padding mask (True = pad, B x T) as an SDPA mask (True = attend)."""
+    if key_padding_mask is None:
+        return None
+    return ~key_padding_mask.bool()[:, None, None, :]
+
+
+class BudgetedAttention(MultiheadAttention):
+    """Self-attention that runs a per-input number of heads.
+
+    It keeps fairseq's ``q_proj``/``k_proj``/``v_proj``/``out_proj`` (head h owns rows
+    ``h*d:(h+1)*d`` of q/k/v and those columns of ``out_proj``), so RoBERTa weights
+    load by name; the router adds ``relevance_proj`` (C -> H) and ``budget_proj`` (C -> 1).
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, budget: BudgetConfig, **kwargs):
+        super().__init__(embed_dim, num_heads, self_attention=True, **kwargs)
+        if not 1 <= budget.min_heads <= num_heads:
+            raise ValueError(
+                f"--min-heads must be in [1, {num_heads}] (the number of heads), "
+                f"got {budget.min_heads}"
+            )
+        self.min_heads = budget.min_heads
+        self.pooling = budget.budget_pooling
+        self.mask_temperature = budget.budget_mask_temperature
+        self.budget_init_bias = budget.budget_init_bias
+        self.fast_path = budget.attention_path == "fast"
+        self.relevance_proj = nn.Linear(embed_dim, num_heads)
+        self.budget_proj = nn.Linear(embed_dim, 1)
+        self.reset_router_parameters()
+        self.exploration = Exploration()
+        self.forced_heads: Optional[int] = None  # benchmarks and tests fix k here
+
+    def reset_router_parameters(self):
+        """Near-uniform relevance and a budget that starts at (almost) every head.
+
+        Called again by the model after RoBERTa's ``init_bert_params`` has re-initialised
+        every ``nn.Linear``."""
+        nn.init.normal_(self.relevance_proj.weight, std=0.02)
+        nn.init.zeros_(self.relevance_proj.bias)
+        nn.init.zeros_(self.budget_proj.weight)
+        nn.init.constant_(self.budget_proj.bias, self.budget_init_bias)
+
+    # ------------------------------------------------------------------ routing
+
+    def summarize(self, x: Tensor, key_padding_mask: Optional[Tensor]) -> Tensor:
+        """T x B x C -> B x C, blind to padding."""
+        if self.pooling == "first":
+            return x[0]
+        if key_padding_mask is None:
+            return x.mean(dim=0)
+        keep = (~key_padding_mask.bool()).t().unsqueeze(-1).type_as(x)
+        return (x * keep).sum(dim=0) / keep.sum(dim=0).clamp_min(1.0)
+
+    def rank_heads(self, logits: Tensor) -> Tensor:
+        """Rank of every head (0 = most relevant), explored while training.
+
+        Gumbel noise of scale 1 on ``logits / temperature`` makes the top-k a sample
+        without replacement from p (Gumbel-top-k); with probability ``uniform`` an
+        example's ranking is replaced by a uniformly random permutation."""
+        scores = logits.detach() / self.exploration.temperature
+        noise, uniform = self.exploration.noise, self.exploration.uniform
+        if self.training and (noise > 0 or uniform > 0):
+            gumbel = -torch.empty_like(scores).exponential_().log()
+            scores = scores + noise * gumbel
+            if uniform > 0:
+                at_random = torch.rand_like(scores[:, :1]) < uniform
+                scores = torch.where(at_random, gumbel, scores)
+        order = scores.argsort(dim=-1, descending=True, stable=True)
+        return order.argsort(dim=-1, stable=True)
+
+    def route(self, x: Tensor, key_padding_mask: Optional[Tensor]) -> HeadRoute:
+        H, m = self.num_heads, self.min_heads
+        summary = self.summarize(x, key_padding_mask)
+        logits = self.relevance_proj(summary).float()
+        relevance = torch.softmax(logits / self.exploration.temperature, dim=-1)
+        budget = m + (H - m) * torch.sigmoid(self.budget_proj(summary).float().squeeze(-1))
+        if self.forced_heads is not None:
+            heads = torch.full_like(budget, self.forced_heads, dtype=torch.long)
+        else:
+            heads = budget.detach().round().clamp(m, H).long()
+        rank = self.rank_heads(logits)
+        selected = rank < heads.unsqueeze(-1)
+        soft_count = torch.sigmoid(
+            (budget.unsqueeze(-1) - rank.to(budget.dtype) - 0.5) / self.mask_temperature
+        )
+        gate = (
+            selected.to(budget.dtype)
+            + straight_through(soft_count)
+            + straight_through(H * relevance)
+        )
+        return HeadRoute(budget, heads, selected, gate, relevance)
+
+    # ------------------------------------------------------------- attention
+
+    def _dropout_p(self) -> float:
+        return self.dropout_module.p if self.training else 0.0
+
+    def attend_all_heads(
+        self, x: Tensor, key_padding_mask: Optional[Tensor], gate: Tensor
+    ) -> Tensor:
+        """Reference path: every head computed, each scaled by its gate before out_proj."""
+        q, k, v = (split_heads(proj(x), self.num_heads) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        heads = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=keep_mask(key_padding_mask), dropout_p=self._dropout_p()
+        )
+        heads = heads * gate.to(heads.dtype)[:, :, None, None]
+        return self.out_proj(merge_heads(heads))
+
+    def attend_heads(
+        self,
+        x: Tensor,
+        key_padding_mask: Optional[Tensor],
+        heads: Tensor,
+        out_bias: bool = True,
+    ) -> Tensor:
+        """Attention of the given heads only: their rows of q/k/v, their columns of
+        out_proj. The cost is proportional to ``len(heads)``."""
+        if heads.numel() == 1:  # a slice is a view: no weight copy
+            h = int(heads)
+            rows = slice(h * self.head_dim, (h + 1) * self.head_dim)
+        else:
+            rows = (heads[:, None] * self.head_dim + torch.arange(self.head_dim, device=heads.device)).flatten()
+
+        def project(proj: nn.Linear) -> Tensor:
+            bias = proj.bias[rows] if proj.bias is not None else None
+            return split_heads(F.linear(x, proj.weight[rows], bias), heads.numel())
+
+        q, k, v = project(self.q_proj), project(self.k_proj), project(self.v_proj)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep_mask(key_padding_mask))
+        bias = self.out_proj.bias if out_bias else None
+        return F.linear(merge_heads(out), self.out_proj.weight[:, rows], bias)
+
+    def attend_selected_heads(
+        self, x: Tensor, key_padding_mask: Optional[Tensor], selected: Tensor
+    ) -> Tensor:
+        """Fast inference path: only the selected heads of every example are computed.
+
+        Examples are grouped, never looped over: by identical head set when there are
+        no more distinct sets than active heads (one gathered multi-head product per
+        set), otherwise by head (one single-head product over the examples that chose
+        it, summed into the output)."""
+        if bool(selected.all()):  # full budget: exactly fairseq's own attention
+            return super().forward(
+                x, x, x, key_padding_mask=key_padding_mask, need_weights=False
+            )[0]
+        head_sets, set_of_example = torch.unique(selected, dim=0, return_inverse=True)
+        active_heads = selected.any(dim=0).nonzero().flatten()
+
+        def subset(examples: Tensor):
+            mask = None if key_padding_mask is None else key_padding_mask.index_select(0, examples)
+            return x.index_select(1, examples), mask
+
+        if len(head_sets) == 1:
+            return self.attend_heads(x, key_padding_mask, head_sets[0].nonzero().flatten())
+        if len(head_sets) <= len(active_heads):
+            out = x.new_empty(x.shape)
+            for i, head_set in enumerate(head_sets):
+                examples = (set_of_example == i).nonzero().flatten()
+                out[:, examples] = self.attend_heads(*subset(examples), head_set.nonzero().flatten())
+            return out
+        out = x.new_zeros(x.shape)
+        for h in active_heads:
+            examples = selected[:, h].nonzero().flatten()
+            out.index_add_(1, examples, self.attend_heads(*subset(examples), h.view(1), out_bias=False))
+        if self.out_proj.bias is not None:
+            out += self.out_proj.bias
+        return out
+
+    # ---------------------------------------------------------------- forward
+
+    def forward_budgeted(
+        self, x: Tensor, key_padding_mask: Optional[Tensor] = None
+    ) -> "tuple[Tensor, Dict[str, Tensor]]":
+        """x: T x B x C. Returns the attention output and this layer's statistics."""
+        route = self.route(x, key_padding_mask)
+        if self.training or not self.fast_path:
+            out = self.attend_all_heads(x, key_padding_mask, route.gate)
+        else:
+            out = self.attend_selected_heads(x, key_padding_mask, route.selected)
+        used, full = self.flops(x.size(0), route.heads)
+        stats = {
+            "budget": route.budget,
+            "heads": route.heads,
+            "selected": route.selected,
+            "relevance": route.relevance,
+            "attn_flops": used,
+            "attn_flops_full": full,
+            "rate": self.exploration.rate,
+            "temperature": self.exploration.temperature,
+        }
+        return out, stats
+
+    def flops(self, seq_len: int, heads: Tensor) -> "tuple[Tensor, Tensor]":
+        """Attention FLOPs of this batch (multiply-add = 2), router included, and the
+        FLOPs all heads would cost. Per head and example: q/k/v/out projections
+        8 T C d, scores and weighted values 4 T^2 d."""
+        T, C, d, H = seq_len, self.embed_dim, self.head_dim, self.num_heads
+        per_head = 8.0 * T * C * d + 4.0 * T * T * d
+        router = T * C + 2.0 * C * (H + 1)
+        used = heads.sum().to(torch.float64) * per_head + heads.numel() * router
+        full = torch.full_like(used, heads.numel() * H * per_head)
+        return used, full

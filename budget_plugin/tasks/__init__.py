@@ -1,0 +1,3 @@
+from .budget_sentence_prediction import BudgetSentencePredictionTask
+
+__all__ = ["BudgetSentencePredictionTask"]

@@ -1,0 +1,127 @@
+"""Shared helpers: tiny models built in-process, tiny data sets binarized with the
+real fairseq-preprocess, and the fairseq command-line tools run as users run them."""
+
+import argparse
+import os
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import budget_plugin  # noqa: F401  (registers the plugin)
+from budget_plugin.models.budgetformer import BudgetFormerModel
+from fairseq.data import Dictionary
+from fairseq.models import ARCH_CONFIG_REGISTRY
+
+REPO = Path(__file__).resolve().parent.parent
+PLUGIN_DIR = str(REPO / "budget_plugin")
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    random.seed(0)
+    torch.manual_seed(0)
+
+
+class _Task:
+    def __init__(self, dictionary, max_positions=64):
+        self.source_dictionary = dictionary
+        self._max_positions = max_positions
+
+    def max_positions(self):
+        return self._max_positions
+
+
+def build_model(arch="budgetformer_tiny", vocab=50, num_classes=3, **overrides):
+    """A BudgetFormer built the way fairseq-train builds it, without data."""
+    dictionary = Dictionary()
+    for i in range(vocab):
+        dictionary.add_symbol(f"w{i}")
+    args = argparse.Namespace(arch=arch, max_positions=64, **overrides)
+    ARCH_CONFIG_REGISTRY[arch](args)
+    model = BudgetFormerModel.build_model(args, _Task(dictionary))
+    model.register_classification_head("sentence_classification_head", num_classes=num_classes)
+    return model
+
+
+def random_tokens(batch=6, length=12, vocab=50, pad_lengths=(12, 9, 5, 12, 2, 7)):
+    """<s> w ... with right padding (pad=1) after each example's length."""
+    tokens = torch.randint(4, vocab, (batch, length))
+    tokens[:, 0] = 0
+    for b, n in enumerate(pad_lengths[:batch]):
+        tokens[b, n:] = 1
+    return tokens
+
+
+def run(cmd, cwd=None, timeout=600):
+    """Run a fairseq CLI (from this interpreter's environment); return its output."""
+    exe = str(BIN / cmd[0]) if (BIN / cmd[0]).exists() else cmd[0]
+    env = dict(os.environ, PYTHONHASHSEED="0", OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [exe, *map(str, cmd[1:])], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    output = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        raise AssertionError(f"{' '.join(map(str, cmd))} failed ({proc.returncode}):\n{output[-4000:]}")
+    return output
+
+
+def parse_metrics(line: str) -> dict:
+    """'| loss 0.5 | accuracy 86 | ...' -> {'loss': 0.5, 'accuracy': 86.0, ...}"""
+    found = {}
+    for key, value in re.findall(r"\| (\w+) (-?[\d.]+(?:e-?\d+)?)", line):
+        found[key] = float(value)
+    return found
+
+
+def make_classification_data(root: Path, n_train=320, n_valid=100, pair=False, regression=False, seed=0):
+    """A learnable toy task in GLUE-binarized layout: the label depends on the tokens."""
+    rng = random.Random(seed)
+    raw = root / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    words = [f"w{i}" for i in range(30)]
+    for split, n in (("train", n_train), ("valid", n_valid)):
+        files = {k: open(raw / f"{split}.{k}", "w") for k in ("input0", "input1", "label")}
+        for _ in range(n):
+            a = [rng.choice(words) for _ in range(rng.randint(3, 14))]
+            b = [rng.choice(words) for _ in range(rng.randint(3, 10))]
+            score = sum(int(w[1:]) for w in a) / len(a) / 29
+            if pair:
+                score = (score + sum(int(w[1:]) for w in b) / len(b) / 29) / 2
+            files["input0"].write(" ".join(a) + "\n")
+            files["input1"].write(" ".join(b) + "\n")
+            files["label"].write(f"{score:.4f}\n" if regression else ("pos\n" if score > 0.5 else "neg\n"))
+        for f in files.values():
+            f.close()
+    data = root / "bin"
+    inputs = ("input0", "input1") if pair else ("input0",)
+    for name in inputs:
+        extra = ["--srcdict", data / "input0" / "dict.txt"] if name == "input1" else []
+        run(["fairseq-preprocess", "--only-source", "--trainpref", raw / f"train.{name}",
+             "--validpref", raw / f"valid.{name}", "--destdir", data / name, "--workers", "1", *extra])
+    if regression:
+        (data / "label").mkdir(parents=True, exist_ok=True)
+        for split in ("train", "valid"):
+            (data / "label" / f"{split}.label").write_text((raw / f"{split}.label").read_text())
+    else:
+        run(["fairseq-preprocess", "--only-source", "--trainpref", raw / "train.label",
+             "--validpref", raw / "valid.label", "--destdir", data / "label", "--workers", "1"])
+    return data
+
+
+def train_args(data, save_dir, *extra, arch="budgetformer_tiny", num_classes=2, epochs=3):
+    return [
+        "fairseq-train", data, "--user-dir", PLUGIN_DIR, "--arch", arch,
+        "--task", "budget_sentence_prediction", "--criterion", "budget_sentence_prediction",
+        "--num-classes", num_classes, "--init-token", 0, "--separator-token", 2,
+        "--max-positions", 64, "--batch-size", 16, "--optimizer", "adam", "--lr", "1e-3",
+        "--max-epoch", epochs, "--save-dir", save_dir, "--cpu", "--num-workers", 0,
+        "--log-format", "simple", "--log-interval", 5, "--seed", 1,
+        "--best-checkpoint-metric", "loss", "--no-epoch-checkpoints",
+        "--exploration-updates", 30, *extra,
+    ]
