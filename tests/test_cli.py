@@ -1,0 +1,84 @@
+"""End to end through the real command-line tools: fairseq-preprocess ->
+fairseq-train --user-dir budget_plugin -> fairseq-validate, on tiny data."""
+
+import re
+
+import pytest
+
+from conftest import PLUGIN_DIR, make_classification_data, parse_metrics, run, train_args
+
+N_VALID = 100  # not a multiple of 8 or of the batch size, on purpose
+
+
+def validate(data, checkpoint, *extra):
+    output = run([
+        "fairseq-validate", data, "--user-dir", PLUGIN_DIR, "--path", checkpoint,
+        "--task", "budget_sentence_prediction", "--criterion", "budget_sentence_prediction",
+        "--batch-size", 16, "--cpu", "--num-workers", 0, *extra,
+    ])
+    lines = [l for l in output.splitlines() if "valid on 'valid' subset" in l]
+    assert lines, output[-3000:]
+    return parse_metrics(lines[-1])
+
+
+def train_inner(output):
+    return [parse_metrics(l.replace("=", " ").replace(", ", " | ")) for l in output.splitlines() if "train_inner" in l]
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    return make_classification_data(tmp_path_factory.mktemp("single"), n_valid=N_VALID)
+
+
+@pytest.fixture(scope="module")
+def trained(single, tmp_path_factory):
+    save = tmp_path_factory.mktemp("ckpt")
+    output = run(train_args(single, save, epochs=4))
+    return save, output
+
+
+def test_train_logs_budget_metrics_and_loss_decreases(trained):
+    _, output = trained
+    steps = train_inner(output)
+    assert len(steps) >= 4
+    for key in ("heads", "head_ratio", "flops_ratio", "relevance_entropy", "explore_rate", "heads_l0", "heads_l1"):
+        assert key in steps[0], key
+    assert steps[0]["explore_rate"] > steps[-1]["explore_rate"] == 0  # annealed to exploitation
+    assert steps[-1]["task_loss"] < steps[0]["task_loss"]
+
+
+def test_validate_prints_metrics_and_scores_every_example(single, trained):
+    save, _ = trained
+    metrics = validate(single, save / "checkpoint_best.pt")
+    for key in ("loss", "nll_loss", "accuracy", "heads", "head_ratio", "flops_ratio", "relevance_entropy", "explore_rate"):
+        assert key in metrics, key
+    assert metrics["bsz"] == N_VALID  # every example scored, despite --required-batch-size-multiple 8
+    assert 0 < metrics["head_ratio"] < 1, "default settings should save heads"
+    assert 1 <= metrics["heads"] <= 4
+    assert metrics["heads"] == pytest.approx(4 * metrics["head_ratio"], abs=0.02)
+    assert metrics["flops_ratio"] >= metrics["head_ratio"] - 0.01  # the router costs a little
+    assert metrics["explore_rate"] == 0
+    assert metrics["accuracy"] > 60
+
+
+def test_raising_budget_weight_lowers_heads(single, tmp_path):
+    heads = {}
+    for weight in (0.0, 5.0):
+        output = run(train_args(single, tmp_path / str(weight), "--budget-weight", weight, "--target-head-ratio", 0))
+        valid = [parse_metrics(l) for l in output.splitlines() if "valid on 'valid' subset" in l]
+        heads[weight] = valid[-1]["heads"]
+    assert heads[5.0] < heads[0.0] - 0.5, heads
+
+
+def test_sentence_pair_classification(tmp_path):
+    data = make_classification_data(tmp_path, n_train=160, n_valid=40, pair=True)
+    run(train_args(data, tmp_path / "ckpt", epochs=2))
+    metrics = validate(data, tmp_path / "ckpt" / "checkpoint_best.pt")
+    assert metrics["bsz"] == 40 and "accuracy" in metrics and 0 < metrics["head_ratio"] <= 1
+
+
+def test_regression(tmp_path):
+    data = make_classification_data(tmp_path, n_train=160, n_valid=40, regression=True)
+    run(train_args(data, tmp_path / "ckpt", "--regression-target", num_classes=1, epochs=2))
+    metrics = validate(data, tmp_path / "ckpt" / "checkpoint_best.pt")
+    assert "accuracy" not in metrics and metrics["loss"] > 0 and 0 < metrics["head_ratio"] <= 1

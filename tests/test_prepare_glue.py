@@ -1,0 +1,462 @@
+"""Tests for scripts/prepare_glue.py on tiny GLUE-layout folders (offline).
+
+The module fixture prepares SST-2, RTE, STS-B and MNLI once with the real fairseq-preprocess
+(the slow part); the other tests read its output, or fail before any binarizing starts.
+"""
+
+import contextlib
+import io
+import random
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+import prepare_glue  # noqa: E402
+
+fairseq_data = pytest.importorskip("fairseq.data")
+from fairseq.data import Dictionary, data_utils  # noqa: E402
+
+MAX_POSITIONS = 16  # small, so that some fixture examples are "too long"
+WORDS = (
+    "the a film movie plot actor story good bad great dull funny slow "
+    "is was not very quite never always moving charming tedious"
+).split()
+
+
+# --------------------------------------------------------------------------------------
+# Fixture builders
+# --------------------------------------------------------------------------------------
+
+
+def sentence(rng: random.Random, lo: int = 2, hi: int = 12) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(lo, hi))).capitalize() + " ."
+
+
+def write_tsv(path: Path, header, rows) -> None:
+    """Write a TSV; a row given as bytes is written verbatim (for malformed input)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        if header is not None:
+            f.write(("\t".join(header) + "\n").encode())
+        for row in rows:
+            f.write(row if isinstance(row, bytes) else ("\t".join(map(str, row)) + "\n").encode())
+
+
+def make_sst2(root: Path, rng: random.Random, n=(30, 8, 6)):
+    """SST-2: `sentence label`; test `index sentence`. Returns the rows written per file."""
+    rows = {
+        "train": [[sentence(rng), rng.choice("01")] for _ in range(n[0])],
+        "dev": [[sentence(rng), rng.choice("01")] for _ in range(n[1])],
+        "test": [[i, sentence(rng)] for i in range(n[2])],
+    }
+    # Quotes are ordinary characters in GLUE (QUOTE_NONE): an unbalanced one must not swallow tabs.
+    rows["dev"][1] = ['He said "it is a good film .', "1"]
+    rows["train"][0][1] = "0"  # both labels occur in train whatever the seed
+    rows["train"][1][1] = "1"
+    write_tsv(root / "SST-2" / "train.tsv", ["sentence", "label"], rows["train"])
+    write_tsv(root / "SST-2" / "dev.tsv", ["sentence", "label"], rows["dev"])
+    write_tsv(root / "SST-2" / "test.tsv", ["index", "sentence"], rows["test"])
+    return rows
+
+
+def make_rte(root: Path, rng: random.Random, n=(24, 6, 5)):
+    labels = ["entailment", "not_entailment", "not_entailment"]  # unequal counts: fixes label order
+    rows = {
+        split: [[i, sentence(rng), sentence(rng), labels[i % 3]] for i in range(k)]
+        for split, k in (("train", n[0]), ("dev", n[1]))
+    }
+    rows["test"] = [[i, sentence(rng), sentence(rng)] for i in range(n[2])]
+    header = ["index", "sentence1", "sentence2", "label"]
+    write_tsv(root / "RTE" / "train.tsv", header, rows["train"])
+    write_tsv(root / "RTE" / "dev.tsv", header, rows["dev"])
+    write_tsv(root / "RTE" / "test.tsv", header[:3], rows["test"])
+    return rows
+
+
+def make_stsb(root: Path, rng: random.Random, n=(20, 6, 4)):
+    header = "index genre filename year old_index source1 source2 sentence1 sentence2 score".split()
+    scores = ["5.000", "3.800", "0.000", "2.5", "4.333", "1.2"]
+
+    def row(i, with_score=True):
+        r = [i, "main-news", "2012", "2012test", i, "none", "none", sentence(rng), sentence(rng)]
+        return r + [scores[i % len(scores)]] if with_score else r
+
+    rows = {"train": [row(i) for i in range(n[0])], "dev": [row(i) for i in range(n[1])],
+            "test": [row(i, False) for i in range(n[2])]}
+    write_tsv(root / "STS-B" / "train.tsv", header, rows["train"])
+    write_tsv(root / "STS-B" / "dev.tsv", header, rows["dev"])
+    write_tsv(root / "STS-B" / "test.tsv", header[:9], rows["test"])
+    return rows
+
+
+def make_mnli(root: Path, rng: random.Random):
+    ids = "index promptID pairID genre sentence1_binary_parse sentence2_binary_parse sentence1_parse sentence2_parse".split()
+    labels = ["entailment", "neutral", "contradiction", "neutral"]
+
+    def row(i, extra_labels):
+        label = labels[i % len(labels)]
+        base = [i, i, f"{i}e", "fiction", "( a )", "( b )", "(ROOT a)", "(ROOT b)", sentence(rng), sentence(rng)]
+        return base + [label] * extra_labels
+
+    rows = {
+        "train": [row(i, 2) for i in range(24)],  # label1, gold_label -> 12 columns
+        "dev_matched": [row(i, 6) for i in range(6)],  # label1..label5, gold_label -> 16
+        "dev_mismatched": [row(i, 6) for i in range(7)],
+        "test_matched": [row(i, 0) for i in range(5)],
+        "test_mismatched": [row(i, 0) for i in range(4)],
+    }
+    rows["dev_mismatched"][3][-1] = "contradiction"  # gold label (col 16) differs from label1
+    header = ids + ["sentence1", "sentence2"]
+    write_tsv(root / "MNLI" / "train.tsv", header + ["label1", "gold_label"], rows["train"])
+    for split in ("dev_matched", "dev_mismatched"):
+        write_tsv(root / "MNLI" / f"{split}.tsv",
+                  header + [f"label{i}" for i in range(1, 6)] + ["gold_label"], rows[split])
+    for split in ("test_matched", "test_mismatched"):
+        write_tsv(root / "MNLI" / f"{split}.tsv", header, rows[split])
+    return rows
+
+
+class Prepared:
+    """What the module fixture made: inputs, outputs, summaries, printed text."""
+
+    def __init__(self, glue, out, rows, summaries, stdout):
+        self.glue, self.out, self.rows, self.summaries, self.stdout = glue, out, rows, summaries, stdout
+
+    def bin(self, task: str) -> Path:
+        return self.out / f"{task}-bin"
+
+    def dictionary(self, task: str, key: str = "input0") -> Dictionary:
+        return Dictionary.load(str(self.bin(task) / key / "dict.txt"))
+
+    def dataset(self, task: str, key: str, split: str):
+        dictionary = self.dictionary(task, key)
+        return data_utils.load_indexed_dataset(str(self.bin(task) / key / split), dictionary), dictionary
+
+    def sp(self, task: str):
+        return prepare_glue.load_sentencepiece(self.bin(task) / prepare_glue.SPM_MODEL_NAME)
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    glue = tmp_path_factory.mktemp("glue")
+    out = tmp_path_factory.mktemp("out")
+    rng = random.Random(0)
+    rows = {"SST-2": make_sst2(glue, rng), "RTE": make_rte(glue, rng),
+            "STS-B": make_stsb(glue, rng), "MNLI": make_mnli(glue, rng)}
+    summaries = {}
+    real_prepare_task = prepare_glue.prepare_task
+
+    def recording_prepare_task(*args, **kwargs):
+        summary = real_prepare_task(*args, **kwargs)
+        summaries[summary.name] = summary
+        return summary
+
+    stdout = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(stdout):
+        mp.setattr(prepare_glue, "prepare_task", recording_prepare_task)
+        rc = prepare_glue.main(["--glue-dir", str(glue), "--out-dir", str(out),
+                                "--vocab-size", "200", "--max-positions", str(MAX_POSITIONS)])
+    assert rc == 0
+    return Prepared(glue, out, rows, summaries, stdout.getvalue())
+
+
+def text_columns(task: str, split_file: str):
+    layout = prepare_glue.LAYOUTS[task]
+    return [c - 1 for c in layout.columns(split_file).text]
+
+
+# --------------------------------------------------------------------------------------
+# Successful preparation
+# --------------------------------------------------------------------------------------
+
+
+def test_cli_prepares_every_task_present(prepared):
+    assert sorted(p.name for p in prepared.out.iterdir()) == ["MNLI-bin", "RTE-bin", "SST-2-bin", "STS-B-bin"]
+    for task in ("SST-2", "RTE", "STS-B", "MNLI"):
+        assert f"{task}: wrote {prepared.bin(task)}" in prepared.stdout
+        assert (prepared.bin(task) / "sentencepiece.bpe.model").is_file()
+        assert (prepared.bin(task) / "sentencepiece.bpe.vocab").is_file()
+        assert not (prepared.bin(task) / "work").exists()
+
+
+SPLITS = {
+    "SST-2": [("train", "train"), ("dev", "valid"), ("test", "test")],
+    "RTE": [("train", "train"), ("dev", "valid"), ("test", "test")],
+    "STS-B": [("train", "train"), ("dev", "valid"), ("test", "test")],
+    "MNLI": [("train", "train"), ("dev_matched", "valid"), ("dev_mismatched", "valid1"),
+             ("test_matched", "test"), ("test_mismatched", "test1")],
+}
+
+
+@pytest.mark.parametrize("task", list(SPLITS))
+def test_every_row_becomes_one_example(prepared, task):
+    n_inputs = prepare_glue.LAYOUTS[task].num_inputs
+    for split_file, split in SPLITS[task]:
+        n_rows = len(prepared.rows[task][split_file])
+        for i in range(n_inputs):
+            dataset, _ = prepared.dataset(task, f"input{i}", split)
+            assert len(dataset) == n_rows, (task, split, i)
+        assert not (prepared.bin(task) / "input2").exists()
+    summary = prepared.summaries[task]
+    assert [(s.name, s.examples) for s in summary.splits] == [
+        (split, len(prepared.rows[task][f])) for f, split in SPLITS[task]
+    ]
+
+
+@pytest.mark.parametrize("task", ["RTE", "MNLI", "STS-B"])
+def test_pair_inputs_share_one_dictionary(prepared, task):
+    d0 = (prepared.bin(task) / "input0" / "dict.txt").read_text(encoding="utf-8")
+    d1 = (prepared.bin(task) / "input1" / "dict.txt").read_text(encoding="utf-8")
+    assert d0 == d1
+    # Dictionary ids coincide with sentencepiece ids (same specials at 0-3, same order after).
+    sp, dictionary = prepared.sp(task), prepared.dictionary(task)
+    assert len(dictionary) == sp.GetPieceSize() == prepared.summaries[task].dict_size
+    for i in range(4, sp.GetPieceSize()):
+        assert dictionary.index(sp.IdToPiece(i)) == i
+
+
+def test_vocabulary_falls_back_when_text_is_small(prepared):
+    summary = prepared.summaries["SST-2"]
+    assert summary.vocab_size < 200  # requested 200; the fixture has ~25 distinct words
+    assert f"{summary.vocab_size} pieces" in prepared.stdout
+
+
+def decode(dictionary, tokens) -> str:
+    return dictionary.string(tokens)  # drops the </s> that fairseq-preprocess appends
+
+
+@pytest.mark.parametrize("split_file,split,row", [("train", "train", 5), ("dev", "valid", 3), ("test", "test", 2)])
+def test_pair_rows_stay_aligned(prepared, split_file, split, row):
+    source = prepared.rows["RTE"][split_file][row]
+    sp = prepared.sp("RTE")
+    cols = text_columns("RTE", split_file)
+    for i, col in enumerate(cols):
+        dataset, dictionary = prepared.dataset("RTE", f"input{i}", split)
+        assert decode(dictionary, dataset[row]) == " ".join(sp.EncodeAsPieces(source[col]))
+    if split != "test":
+        labels, label_dict = prepared.dataset("RTE", "label", split)
+        assert decode(label_dict, labels[row]) == source[3]
+
+
+def test_fairseq_sentencepiece_bpe_encodes_like_the_data(prepared):
+    """Raw text through fairseq's own `--bpe sentencepiece` gives exactly the binarized ids."""
+    from fairseq.data.encoders.sentencepiece_bpe import SentencepieceBPE, SentencepieceConfig
+
+    model = prepared.bin("SST-2") / "sentencepiece.bpe.model"
+    bpe = SentencepieceBPE(SentencepieceConfig(sentencepiece_model=str(model)))
+    dataset, dictionary = prepared.dataset("SST-2", "input0", "valid")
+    for row in (0, 1):  # row 1 has the unbalanced quote
+        raw = prepared.rows["SST-2"]["dev"][row][0]
+        ids = dictionary.encode_line(bpe.encode(raw), append_eos=True, add_if_not_exist=False)
+        assert ids.tolist() == dataset[row].tolist()
+        assert dictionary.unk() not in ids.tolist()
+
+
+def test_label_dictionary_built_from_training_labels(prepared):
+    # fairseq-preprocess's order: most frequent first, ties alphabetical.
+    assert (prepared.bin("RTE") / "label" / "dict.txt").read_text().split("\n")[:2] == [
+        "not_entailment 16", "entailment 8"]
+    assert prepared.summaries["RTE"].labels == [("not_entailment", 16), ("entailment", 8)]
+    assert [lab for lab, _ in prepared.summaries["MNLI"].labels] == ["neutral", "contradiction", "entailment"]
+    assert "0=not_entailment (16), 1=entailment (8)" in prepared.stdout
+    # Unlabelled GLUE test sets get inputs only.
+    for task in ("SST-2", "RTE", "MNLI"):
+        assert not list((prepared.bin(task) / "label").glob("test*"))
+
+
+def test_regression_labels_are_floats_divided_by_five(prepared):
+    label_dir = prepared.bin("STS-B") / "label"
+    assert sorted(p.name for p in label_dir.iterdir()) == ["train.label", "valid.label"]
+    for split_file, split in (("train", "train"), ("dev", "valid")):
+        lines = (label_dir / f"{split}.label").read_text().splitlines()
+        expected = [float(r[9]) / 5 for r in prepared.rows["STS-B"][split_file]]
+        assert [float(x) for x in lines] == pytest.approx(expected, abs=1e-6)
+    assert (label_dir / "train.label").read_text().splitlines()[:5] == ["1", "0.76", "0", "0.5", "0.8666"]
+    assert prepared.summaries["STS-B"].labels is None
+
+
+def test_mnli_has_two_dev_and_two_test_sets(prepared):
+    for split, rows in (("valid", "dev_matched"), ("valid1", "dev_mismatched")):
+        labels, label_dict = prepared.dataset("MNLI", "label", split)
+        # Dev labels come from gold_label (column 16), not label1.
+        assert [decode(label_dict, labels[i]) for i in range(len(labels))] == [
+            r[15] for r in prepared.rows["MNLI"][rows]]
+    dataset, dictionary = prepared.dataset("MNLI", "input1", "test1")
+    sp = prepared.sp("MNLI")
+    assert decode(dictionary, dataset[2]) == " ".join(sp.EncodeAsPieces(prepared.rows["MNLI"]["test_mismatched"][2][9]))
+
+
+@pytest.mark.parametrize("task,num_classes", [("SST-2", 2), ("RTE", 2)])
+def test_too_long_counts_match_fairseq_sentence_prediction(prepared, task, num_classes):
+    """Lengths as fairseq's sentence_prediction task builds inputs (<s> a </s> [</s> b </s>])."""
+    from fairseq.tasks.sentence_prediction import SentencePredictionConfig, SentencePredictionTask
+
+    cfg = SentencePredictionConfig(
+        data=str(prepared.bin(task)), num_classes=num_classes, init_token=0, separator_token=2,
+        max_positions=MAX_POSITIONS, regression_target=False, classification_head_name="head", seed=1,
+    )
+    fairseq_task = SentencePredictionTask.setup_task(cfg)
+    for split in prepared.summaries[task].splits:
+        fairseq_task.load_dataset(split.name)
+        sizes = fairseq_task.datasets[split.name].sizes[0]  # NestedDictionaryDataset: one array per field
+        assert split.too_long == int((sizes > MAX_POSITIONS).sum()), (task, split.name)
+        assert split.tokens == int(sizes.sum())
+    assert sum(s.too_long for s in prepared.summaries["RTE"].splits) > 0  # the check is not vacuous
+
+
+def test_cola_has_no_header_in_train_and_dev(tmp_path):
+    rows = [["gj04", "1", "", "The cat sat ."], ["gj04", "0", "*", "Cat the sat ."]]
+    write_tsv(tmp_path / "CoLA" / "train.tsv", None, rows)
+    write_tsv(tmp_path / "CoLA" / "dev.tsv", None, rows[:1])
+    write_tsv(tmp_path / "CoLA" / "test.tsv", ["index", "sentence"], [[0, "A test ."]])
+    splits = prepare_glue.read_task(tmp_path / "CoLA", prepare_glue.LAYOUTS["CoLA"],
+                                    labelled_test=False, skip_bad_rows=False, log=lambda m: None)
+    assert [s.texts for s in splits] == [[("The cat sat .",), ("Cat the sat .",)], [("The cat sat .",)], [("A test .",)]]
+    assert [s.labels for s in splits] == [["1", "0"], ["1"], None]
+
+
+# --------------------------------------------------------------------------------------
+# Bad input
+# --------------------------------------------------------------------------------------
+
+
+def corrupt(path: Path, line: int, new: bytes) -> None:
+    """Replace 1-based `line` of a file with raw bytes."""
+    lines = path.read_bytes().split(b"\n")
+    lines[line - 1] = new
+    path.write_bytes(b"\n".join(lines))
+
+
+BAD_INPUTS = [
+    # (task, file, line, replacement or None to delete the file, expected message part)
+    ("SST-2", "train.tsv", 4, b"a good film\t1\textra", "expected 2 tab-separated columns, found 3"),
+    ("SST-2", "dev.tsv", 3, b"\t1", "empty text in column 1"),
+    ("SST-2", "dev.tsv", 2, b"a fine film .\t7", "label '7' never occurs in train.tsv"),
+    ("SST-2", "train.tsv", 5, b"caf\xe9 noir .\t1", "invalid UTF-8 byte 0xe9"),
+    ("SST-2", "test.tsv", 3, b"2\t   ", "empty text in column 2"),
+    ("SST-2", "train.tsv", 1, b"sentence\tlabel\tmore", "header has 3 columns, expected 2"),
+    ("SST-2", "test.tsv", None, None, "missing input file"),
+    ("RTE", "dev.tsv", 2, b"0\tA premise .\t\tentailment", "empty text in column 3"),
+    ("RTE", "train.tsv", 6, b"", "expected 4 tab-separated columns, found 0"),
+]
+
+
+@pytest.mark.parametrize("task,name,line,replacement,message", BAD_INPUTS)
+def test_bad_input_is_reported_with_file_and_line(tmp_path, capsys, task, name, line, replacement, message):
+    glue, out = tmp_path / "glue", tmp_path / "out"
+    (make_sst2 if task == "SST-2" else make_rte)(glue, random.Random(1))
+    path = glue / task / name
+    if replacement is None:
+        path.unlink()
+    else:
+        corrupt(path, line, replacement)
+
+    rc = prepare_glue.main(["--glue-dir", str(glue), "--out-dir", str(out), "--tasks", task])
+
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert err[-1].startswith("error: ") and message in err[-1]
+    assert (f"{path}:{line}:" if line else str(path)) in err[-1]
+    assert not any("Traceback" in e for e in err)
+    assert not out.exists() or not any(out.iterdir())  # nothing written, not even a temp folder
+
+
+def test_script_exits_2_with_one_line(tmp_path):
+    glue = tmp_path / "glue"
+    make_sst2(glue, random.Random(2))
+    corrupt(glue / "SST-2" / "dev.tsv", 4, b"no label here")
+    result = subprocess.run(
+        [sys.executable, str(SCRIPTS / "prepare_glue.py"), "--glue-dir", str(glue), "--out-dir", str(tmp_path / "out")],
+        capture_output=True, text=True,
+    )
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if not line.startswith("[prepare]")]
+    assert errors == [f"error: {glue / 'SST-2' / 'dev.tsv'}:4: expected 2 tab-separated columns, found 1"
+                      " (use --skip-bad-rows to skip such rows)"]
+
+
+def test_skip_bad_rows_counts_per_file(prepared, tmp_path):
+    """A custom folder in SST-2 layout (labelled test), reusing the SST-2 sentencepiece model."""
+    rng = random.Random(3)
+    task = tmp_path / "raw" / "MR"
+    header = ["sentence", "label"]
+    train = [[sentence(rng), str(i % 2)] for i in range(12)]
+    write_tsv(task / "train.tsv", header, train[:1] + [b"too\tmany\tcolumns\n", b"\t1\n", b"\xff\xfe\t0\n"] + train[1:])
+    write_tsv(task / "dev.tsv", header, [[sentence(rng), "1"], [sentence(rng), "neutral"], [sentence(rng), "0"]])
+    write_tsv(task / "test.tsv", header, [[sentence(rng), "0"], [" ", "1"], [sentence(rng), "1"], [sentence(rng), "0"]])
+    model = prepared.bin("SST-2") / "sentencepiece.bpe.model"
+
+    summary = prepare_glue.prepare_task(task, tmp_path / "out", layout="SST-2", name="MR", labelled_test=True,
+                                        spm_model=model, skip_bad_rows=True, log=lambda m: None)
+
+    train_s, dev_s, test_s = summary.splits
+    assert train_s.skipped == Counter({"wrong column count": 1, "empty text": 1, "not UTF-8": 1})
+    assert train_s.first_skipped_line == 3
+    assert dev_s.skipped == Counter({"unseen label": 1})
+    assert test_s.skipped == Counter({"empty text": 1})
+    assert [s.examples for s in summary.splits] == [12, 2, 3]
+    text = summary.format()
+    assert "skipped in train.tsv: 1 empty text, 1 not UTF-8, 1 wrong column count (first at line 3)" in text
+    assert "skipped in dev.tsv: 1 unseen label (first at line 3)" in text
+
+    out = tmp_path / "out" / "MR-bin"
+    # A labelled test split is binarized with its labels.
+    labels = data_utils.load_indexed_dataset(str(out / "label" / "test"), Dictionary.load(str(out / "label" / "dict.txt")))
+    assert len(labels) == 3
+    assert summary.spm_source.startswith("reused")
+    assert (out / "input0" / "dict.txt").read_text() == (prepared.bin("SST-2") / "input0" / "dict.txt").read_text()
+    assert (out / "sentencepiece.bpe.model").read_bytes() == model.read_bytes()
+
+
+# --------------------------------------------------------------------------------------
+# Interrupted and failed runs
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("error", [prepare_glue.PreprocessError("boom"), KeyboardInterrupt()])
+def test_failed_run_keeps_previous_folder_and_no_temp(tmp_path, monkeypatch, error):
+    glue, out = tmp_path / "glue", tmp_path / "out"
+    make_sst2(glue, random.Random(4))
+    previous = out / "SST-2-bin"
+    previous.mkdir(parents=True)
+    (previous / "marker").write_text("complete earlier run")
+
+    def fail(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(prepare_glue, "run_binarize_jobs", fail)
+    with pytest.raises(type(error)):
+        prepare_glue.prepare_task(glue / "SST-2", out, vocab_size=50, log=lambda m: None)
+    assert [p.name for p in out.iterdir()] == ["SST-2-bin"]
+    assert (previous / "marker").read_text() == "complete earlier run"
+
+
+def test_fairseq_preprocess_failure_is_reported(tmp_path, monkeypatch, capsys):
+    glue, out = tmp_path / "glue", tmp_path / "out"
+    make_sst2(glue, random.Random(5))
+    fake = [sys.executable, "-c", "import sys; print('something broke'); sys.exit(3)"]
+    monkeypatch.setattr(prepare_glue, "_preprocess_command", lambda: fake)
+    rc = prepare_glue.main(["--glue-dir", str(glue), "--out-dir", str(out), "--vocab-size", "50"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "fairseq-preprocess failed for" in err and "something broke" in err
+    assert list(out.iterdir()) == []
+
+
+def test_building_dir_swaps_in_only_complete_folders(tmp_path):
+    target = tmp_path / "X-bin"
+    with prepare_glue.building_dir(target) as tmp:
+        assert tmp.parent == tmp_path and tmp.name.startswith(".X-bin.tmp-")
+        assert not target.exists()
+        (tmp / "a").write_text("1")
+    assert (target / "a").read_text() == "1"
+    with prepare_glue.building_dir(target) as tmp:
+        (tmp / "b").write_text("2")
+        assert (target / "a").exists()  # the old folder stays until the new one is complete
+    assert sorted(p.name for p in target.iterdir()) == ["b"]
+    assert [p.name for p in tmp_path.iterdir()] == ["X-bin"]
