@@ -1,0 +1,26 @@
+"""The yaml recipes run as they stand through fairseq-hydra-train (tiny data and
+sizes swapped in on the command line) and their checkpoints load in fairseq-validate."""
+
+import pytest
+
+from conftest import REPO, make_classification_data, parse_metrics, run
+from test_cli import validate
+
+CONFIG_DIR = REPO / "examples" / "budgetformer" / "config"
+
+
+@pytest.mark.parametrize("config, pair", [("mr", False), ("sst2", False), ("rte", True)])
+def test_hydra_config_trains_and_validates(config, pair, tmp_path):
+    data = make_classification_data(tmp_path, n_train=96, n_valid=40, pair=pair)
+    save = tmp_path / "ckpt"
+    output = run([
+        "fairseq-hydra-train", "--config-dir", CONFIG_DIR, "--config-name", config,
+        f"task.data={data}", f"checkpoint.save_dir={save}", f"hydra.run.dir={tmp_path / 'hydra'}",
+        "model._name=budgetformer_tiny", "model.max_positions=64", "task.max_positions=64",
+        "optimization.max_epoch=1", "optimization.max_update=6", "lr_scheduler.total_num_update=6",
+        "lr_scheduler.warmup_updates=1", "dataset.batch_size=16", "common.log_interval=1",
+        "common.cpu=true", "distributed_training.distributed_world_size=1",
+    ], cwd=REPO)
+    assert "| heads" in output or "heads=" in output
+    metrics = validate(data, save / "checkpoint_last.pt")
+    assert metrics["bsz"] == 40 and 0 < metrics["head_ratio"] <= 1
