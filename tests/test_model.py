@@ -49,11 +49,24 @@ def test_extra_holds_one_stats_dict_per_layer():
         assert torch.equal(stats["selected"].sum(1), stats["heads"])
 
 
-def test_router_is_initialised_after_init_bert_params():
-    model = build_model()
+@pytest.mark.parametrize("arch, heads", [("budgetformer_tiny", 4), ("budgetformer_small", 8)])
+def test_router_starts_at_full_budget_after_init_bert_params(arch, heads):
+    model = build_model(arch).eval()
     for attention in model.budgeted_attentions():
-        assert torch.all(attention.budget_proj.bias == 3.0)
-        assert torch.all(attention.budget_proj.weight == 0)
+        assert torch.all(attention.budget_proj.weight == 0)  # not init_bert_params' normal init
+    _, extra = model(random_tokens(), features_only=True)
+    for stats in extra["budget"]:
+        assert torch.allclose(stats["budget"], torch.full((6,), heads - 0.25))
+        assert (stats["heads"] == heads).all()
+
+
+@pytest.mark.parametrize("heads, min_heads", [(12, 1), (16, 1), (16, 4), (12, 12)])
+def test_initial_budget_rounds_to_all_heads_for_any_size(heads, min_heads):
+    from budget_plugin.modules import BudgetConfig, BudgetedAttention
+
+    attention = BudgetedAttention(heads * 8, heads, BudgetConfig(min_heads=min_heads)).eval()
+    route = attention.route(torch.randn(5, 3, heads * 8), None)
+    assert (route.heads == heads).all()
 
 
 def test_force_heads():

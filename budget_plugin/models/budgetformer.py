@@ -1,6 +1,8 @@
 """BudgetFormer: RoBERTa's sentence encoder with budgeted attention in every layer."""
 
+import logging
 from dataclasses import fields
+from pathlib import Path
 from typing import Iterator, Optional
 
 import torch
@@ -14,6 +16,10 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr, safe_hasattr
 
 from ..modules import BudgetConfig, BudgetedAttention, BudgetedEncoderLayer, Exploration
+from .hub_interface import BudgetFormerHubInterface
+
+logger = logging.getLogger(__name__)
+ROUTER_PARAMETERS = (".relevance_proj.", ".budget_proj.")
 
 
 def budget_config_from_args(args) -> BudgetConfig:
@@ -115,7 +121,59 @@ class BudgetFormerModel(RobertaModel):
 
     @classmethod
     def hub_models(cls):
-        return {}
+        return {}  # no hosted weights: load local checkpoints with from_pretrained
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model_name_or_path,
+        checkpoint_file="checkpoint_best.pt",
+        data_name_or_path=".",
+        bpe="sentencepiece",
+        **kwargs,
+    ) -> BudgetFormerHubInterface:
+        """``BudgetFormerModel.from_pretrained(checkpoint_dir, "checkpoint_best.pt",
+        data_dir)``; the sentencepiece model is found next to the data (as
+        scripts/prepare_glue.py writes it) unless ``sentencepiece_model`` is given.
+        Loading keeps torch's ``weights_only=True``."""
+        from fairseq import hub_utils
+
+        if bpe == "sentencepiece" and "sentencepiece_model" not in kwargs:
+            candidate = Path(model_name_or_path, data_name_or_path, "sentencepiece.bpe.model")
+            if candidate.exists():
+                kwargs["sentencepiece_model"] = str(candidate)
+        loaded = hub_utils.from_pretrained(
+            model_name_or_path,
+            checkpoint_file,
+            data_name_or_path,
+            archive_map=cls.hub_models(),
+            bpe=bpe,
+            load_checkpoint_heads=True,
+            **kwargs,
+        )
+        model = loaded["models"][0].eval()
+        return BudgetFormerHubInterface(loaded["args"], loaded["task"], model)
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        """Warm start: a RoBERTa state dict (every key but the head routers) loads as is;
+        the routers keep their fresh initialisation, which starts at full budget, so
+        the warm-started model computes what RoBERTa computes."""
+        super().upgrade_state_dict_named(state_dict, name)
+        prefix = name + "." if name else ""
+        router = {
+            k: v for k, v in self.state_dict().items() if any(p in k for p in ROUTER_PARAMETERS)
+        }
+        new = [k for k in router if prefix + k not in state_dict]
+        if new and len(new) == len(router):  # a checkpoint without routers: RoBERTa
+            for k in new:
+                state_dict[prefix + k] = router[k]
+            own = {prefix + k for k in self.state_dict()}
+            dropped = sorted(k for k in state_dict if k not in own)
+            logger.info(
+                "warm start from a checkpoint without head routers: %d new router "
+                "parameters (%s, ...) start at full budget; keys not in this model: %s",
+                len(new), new[0], dropped or "none",
+            )
 
     def __init__(self, args, encoder):
         super().__init__(args, encoder)  # applies init_bert_params to every nn.Linear ...

@@ -20,6 +20,7 @@ towards heads whose output lowers the loss (a first-order estimate, available fo
 every head because training computes all of them).
 """
 
+import math
 from dataclasses import dataclass, field
 from typing import Dict, NamedTuple, Optional
 
@@ -55,11 +56,12 @@ class BudgetConfig(FairseqDataclass):
             "sigmoid((b - rank - 0.5) / t) that carries the task gradient to the budget"
         },
     )
-    budget_init_bias: float = field(
-        default=3.0,
+    initial_budget: Optional[float] = field(
+        default=None,
         metadata={
-            "help": "initial logit of the budget predictor; 3.0 starts every layer "
-            "at all heads (b = m + 0.95 (H - m), which rounds to H for H <= 10 + m)"
+            "help": "budget b (in heads) the predictor starts at; default H - 0.25, "
+            "which rounds to H: training (and a warm start from RoBERTa) begins at "
+            "full attention"
         },
     )
     attention_path: ATTENTION_PATH_CHOICES = field(
@@ -130,7 +132,7 @@ class BudgetedAttention(MultiheadAttention):
         self.min_heads = budget.min_heads
         self.pooling = budget.budget_pooling
         self.mask_temperature = budget.budget_mask_temperature
-        self.budget_init_bias = budget.budget_init_bias
+        self.initial_budget = budget.initial_budget
         self.fast_path = budget.attention_path == "fast"
         self.relevance_proj = nn.Linear(embed_dim, num_heads)
         self.budget_proj = nn.Linear(embed_dim, 1)
@@ -139,14 +141,17 @@ class BudgetedAttention(MultiheadAttention):
         self.forced_heads: Optional[int] = None  # benchmarks and tests fix k here
 
     def reset_router_parameters(self):
-        """Near-uniform relevance and a budget that starts at (almost) every head.
+        """Near-uniform relevance, and a budget that starts at ``initial_budget``.
 
         Called again by the model after RoBERTa's ``init_bert_params`` has re-initialised
         every ``nn.Linear``."""
+        H, m = self.num_heads, self.min_heads
+        start = H - 0.25 if self.initial_budget is None else self.initial_budget
+        fraction = min(max((start - m) / (H - m), 1e-3), 1 - 1e-3) if H > m else 0.5
         nn.init.normal_(self.relevance_proj.weight, std=0.02)
         nn.init.zeros_(self.relevance_proj.bias)
         nn.init.zeros_(self.budget_proj.weight)
-        nn.init.constant_(self.budget_proj.bias, self.budget_init_bias)
+        nn.init.constant_(self.budget_proj.bias, math.log(fraction / (1 - fraction)))
 
     # ------------------------------------------------------------------ routing
 

@@ -1,0 +1,102 @@
+"""What users touch after training: the hub interface, and warm starts from RoBERTa."""
+
+import random
+import sys
+
+import pytest
+import torch
+
+from conftest import PLUGIN_DIR, REPO, make_classification_data, run, train_args
+from fairseq import checkpoint_utils
+
+sys.path.insert(0, str(REPO / "scripts"))
+import prepare_glue  # noqa: E402
+
+from budget_plugin import BudgetFormerModel  # noqa: E402
+
+TINY_ROBERTA = ["--arch", "roberta", "--encoder-layers", 2, "--encoder-embed-dim", 64,
+                "--encoder-ffn-embed-dim", 128, "--encoder-attention-heads", 4]
+WORDS = "good bad great awful fine dull fun boring superb weak film plot actors story".split()
+
+
+@pytest.fixture(scope="module")
+def sst_like(tmp_path_factory):
+    """A tiny SST-2-layout task prepared by the real prepare_glue (sentencepiece model included)."""
+    root = tmp_path_factory.mktemp("sst")
+    rng = random.Random(0)
+    raw = root / "SST-2"
+    raw.mkdir()
+    for split, n in (("train", 200), ("dev", 40)):
+        rows = ["sentence\tlabel"]
+        for _ in range(n):
+            words = [rng.choice(WORDS) for _ in range(rng.randint(3, 9))]
+            score = sum(w in ("good", "great", "fine", "fun", "superb") for w in words)
+            rows.append(f"{' '.join(words)}\t{int(score * 2 >= len(words) / 2)}")
+        (raw / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+    (raw / "test.tsv").write_text("index\tsentence\n0\tgood film\n")
+    prepare_glue.prepare_task(raw, root, vocab_size=60, log=lambda m: None)
+    return root / "SST-2-bin"
+
+
+def test_from_pretrained_encode_predict_head_usage(sst_like, tmp_path):
+    run(train_args(sst_like, tmp_path, epochs=2))
+    hub = BudgetFormerModel.from_pretrained(str(tmp_path), "checkpoint_best.pt", str(sst_like))
+    tokens = hub.encode("a good film")
+    assert tokens[0] == 0 and tokens[-1] == 2  # <s> ... </s>
+    assert hub.decode(tokens) == "a good film"
+    probs = hub.predict("sentence_classification_head", tokens).exp()
+    assert probs.shape == (1, 2) and abs(probs.sum().item() - 1) < 1e-5
+    features = hub.extract_features(tokens)
+    assert features.shape == (1, len(tokens), 64)
+    usage = hub.head_usage(tokens)
+    assert len(usage) == 2  # one entry per layer
+    for layer in usage:
+        assert 1 <= layer["num_heads"] == len(layer["heads"]) <= 4
+        assert 1 <= layer["budget"] <= 4
+    pair = hub.encode("good", "bad plot")
+    assert (pair == 2).sum() == 3  # <s> a </s> </s> b </s>, as the task builds pairs
+
+
+@pytest.fixture(scope="module")
+def roberta_checkpoint(tmp_path_factory):
+    root = tmp_path_factory.mktemp("roberta")
+    data = make_classification_data(root, n_train=96, n_valid=32)
+    args = train_args(data, root / "ckpt", epochs=1)
+    args[args.index("--arch"):args.index("--arch") + 2] = TINY_ROBERTA
+    task = args.index("budget_sentence_prediction")
+    args[task] = args[task + 2] = "sentence_prediction"
+    cut = args.index("--exploration-updates")
+    run(args[:cut] + args[cut + 2:])
+    return data, root / "ckpt" / "checkpoint_best.pt"
+
+
+def features(path, data, tokens):
+    models, _, _ = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides={"data": str(data)})
+    model = models[0].eval()
+    with torch.no_grad():
+        out, _ = model(tokens, features_only=True)
+        logits, _ = model(tokens, classification_head_name="sentence_classification_head")
+    return model, out, logits
+
+
+def test_converted_roberta_equals_roberta_at_full_budget(roberta_checkpoint, tmp_path):
+    data, roberta = roberta_checkpoint
+    converted = tmp_path / "budgetformer.pt"
+    output = run([sys.executable, REPO / "scripts" / "convert_roberta.py", roberta, converted])
+    assert "new (router, full budget): 8" in output and "dropped: none" in output
+    tokens = torch.randint(4, 30, (5, 11))
+    tokens[:, 0] = 0
+    tokens[2, 6:] = 1
+    stock, want, want_logits = features(roberta, data, tokens)
+    budget, got, got_logits = features(converted, data, tokens)
+    assert type(stock).__name__ == "RobertaModel" and type(budget).__name__ == "BudgetFormerModel"
+    assert (got - want).abs().max().item() <= 1e-5
+    assert (got_logits - want_logits).abs().max().item() <= 1e-5
+
+
+def test_restore_file_warm_starts_from_roberta(roberta_checkpoint, tmp_path):
+    data, roberta = roberta_checkpoint
+    output = run(train_args(data, tmp_path, "--restore-file", roberta, "--reset-optimizer",
+                            "--reset-dataloader", "--reset-meters", epochs=1))
+    assert "warm start from a checkpoint without head routers: 8 new router parameters" in output
+    assert "Loaded checkpoint" in output
