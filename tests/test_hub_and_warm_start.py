@@ -38,9 +38,16 @@ def sst_like(tmp_path_factory):
     return root / "SST-2-bin"
 
 
-def test_from_pretrained_encode_predict_head_usage(sst_like, tmp_path):
-    run(train_args(sst_like, tmp_path, epochs=2))
-    hub = BudgetFormerModel.from_pretrained(str(tmp_path), "checkpoint_best.pt", str(sst_like))
+@pytest.fixture(scope="module")
+def trained_sst(sst_like, tmp_path_factory):
+    save = tmp_path_factory.mktemp("sst-ckpt")
+    run(train_args(sst_like, save, epochs=2))
+    return sst_like, save
+
+
+def test_from_pretrained_encode_predict_head_usage(trained_sst):
+    sst_like, save = trained_sst
+    hub = BudgetFormerModel.from_pretrained(str(save), "checkpoint_best.pt", str(sst_like))
     tokens = hub.encode("a good film")
     assert tokens[0] == 0 and tokens[-1] == 2  # <s> ... </s>
     assert hub.decode(tokens) == "a good film"
@@ -55,6 +62,25 @@ def test_from_pretrained_encode_predict_head_usage(sst_like, tmp_path):
         assert 1 <= layer["budget"] <= 4
     pair = hub.encode("good", "bad plot")
     assert (pair == 2).sum() == 3  # <s> a </s> </s> b </s>, as the task builds pairs
+
+
+def test_predict_script(trained_sst, tmp_path):
+    data, save = trained_sst
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a good film\nboring plot and weak actors\nsuperb\n")
+    out = tmp_path / "preds.tsv"
+    run([sys.executable, REPO / "scripts" / "predict.py", "--checkpoint-dir", save, "--data", data,
+         "--input", texts, "--output", out, "--batch-size", 2])
+    header, *rows = out.read_text().splitlines()
+    assert header.split("\t") == ["line", "label", "probability", "heads_per_layer", "selected_heads"]
+    assert len(rows) == 3
+    for row in rows:
+        line, label, prob, heads, selected = row.split("\t")
+        assert label in ("0", "1") and 0.5 <= float(prob) <= 1
+        assert [len(s.split(".")) for s in selected.split("|")] == list(map(int, heads.split(",")))
+    texts.write_text("fine\n\nbad\n")
+    with pytest.raises(AssertionError, match="texts.txt:2"):
+        run([sys.executable, REPO / "scripts" / "predict.py", "--checkpoint-dir", save, "--data", data, "--input", texts])
 
 
 @pytest.fixture(scope="module")

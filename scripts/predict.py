@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Predict with a trained BudgetFormer: one example a line (tab-separated pairs), from a
+file or standard input, to TSV: label, probability, and the heads run per layer.
+
+    python scripts/predict.py --checkpoint-dir checkpoints/mr --data data/MR-bin < texts.txt
+    python scripts/predict.py --checkpoint-dir checkpoints/mr --data data/MR-bin --input texts.txt --output preds.tsv
+
+Output columns: line, label, probability, heads per layer (e.g. ``3,2,5,4``), and the
+selected heads of every layer (``0.3.5|1.2|...``).
+"""
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from budget_plugin import BudgetFormerModel  # noqa: E402
+from fairseq.data import data_utils  # noqa: E402
+
+
+def read_examples(stream, name):
+    examples = []
+    for number, line in enumerate(stream, 1):
+        fields = line.rstrip("\n").split("\t")
+        if not all(f.strip() for f in fields) or len(fields) > 2:
+            raise SystemExit(f"error: {name}:{number}: expected one text or two tab-separated texts, "
+                             f"got {line.rstrip()!r}")
+        examples.append(fields)
+    return examples
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint-dir", required=True, type=Path)
+    parser.add_argument("--checkpoint-file", default="checkpoint_best.pt")
+    parser.add_argument("--data", required=True, type=Path, help="the binarized data folder (dictionaries, sentencepiece model)")
+    parser.add_argument("--input", type=Path, help="text file (default: standard input)")
+    parser.add_argument("--output", type=Path, help="TSV to write (default: standard output)")
+    parser.add_argument("--head", default="sentence_classification_head")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--too-long", choices=["truncate", "refuse"], default="truncate",
+                        help="inputs longer than the model's positions: truncate with a warning, or stop")
+    parser.add_argument("--cpu", action="store_true", help="stay on the CPU even when a GPU is present")
+    args = parser.parse_args()
+
+    hub = BudgetFormerModel.from_pretrained(str(args.checkpoint_dir), args.checkpoint_file, str(args.data.resolve()))
+    if torch.cuda.is_available() and not args.cpu:
+        hub.cuda()
+    labels = hub.task.label_dictionary
+    max_positions = hub.model.max_positions()
+
+    if args.input:
+        with open(args.input, encoding="utf-8") as f:
+            examples = read_examples(f, args.input)
+    else:
+        examples = read_examples(sys.stdin, "<stdin>")
+
+    encoded = []
+    for number, fields in enumerate(examples, 1):
+        tokens = hub.encode(*fields)
+        if len(tokens) > max_positions:
+            if args.too_long == "refuse":
+                raise SystemExit(f"error: line {number}: {len(tokens)} tokens, over the model's {max_positions}")
+            print(f"warning: line {number}: {len(tokens)} tokens, truncated to {max_positions}", file=sys.stderr)
+            tokens = torch.cat([tokens[: max_positions - 1], tokens[-1:]])
+        encoded.append(tokens)
+
+    rows = []
+    batches = range(0, len(encoded), args.batch_size)
+    if args.input:
+        from tqdm import tqdm
+
+        batches = tqdm(batches, desc="predict", unit="batch", file=sys.stderr)
+    pad = hub.task.source_dictionary.pad()
+    for start in batches:
+        chunk = encoded[start:start + args.batch_size]
+        batch = data_utils.collate_tokens(chunk, pad_idx=pad)
+        with torch.no_grad():
+            probs = hub.predict(args.head, batch).exp()
+        usage = hub.head_usage(batch)
+        for i, example_usage in enumerate(usage):
+            best = int(probs[i].argmax())
+            label = labels.string([best + labels.nspecial])
+            heads = ",".join(str(layer["num_heads"]) for layer in example_usage)
+            selected = "|".join(".".join(map(str, layer["heads"])) for layer in example_usage)
+            rows.append(f"{start + i + 1}\t{label}\t{probs[i, best]:.4f}\t{heads}\t{selected}")
+
+    text = "line\tlabel\tprobability\theads_per_layer\tselected_heads\n" + "\n".join(rows) + "\n"
+    if args.output:
+        tmp = args.output.with_name(args.output.name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, args.output)
+    else:
+        sys.stdout.write(text)
+
+
+if __name__ == "__main__":
+    main()
