@@ -24,7 +24,7 @@ setup(
         "tensorboard",
     ],
     extras_require={
-        "test": ["pytest"],
+        "test": ["pytest", "matplotlib"],
         "viz": ["matplotlib"],
     },
 )

@@ -33,7 +33,7 @@ def single(tmp_path_factory):
 @pytest.fixture(scope="module")
 def trained(single, tmp_path_factory):
     save = tmp_path_factory.mktemp("ckpt")
-    output = run(train_args(single, save, epochs=4))
+    output = run(train_args(single, save, "--tensorboard-logdir", save / "tb", epochs=4))
     return save, output
 
 
@@ -82,3 +82,24 @@ def test_regression(tmp_path):
     run(train_args(data, tmp_path / "ckpt", "--regression-target", num_classes=1, epochs=2))
     metrics = validate(data, tmp_path / "ckpt" / "checkpoint_best.pt")
     assert "accuracy" not in metrics and metrics["loss"] > 0 and 0 < metrics["head_ratio"] <= 1
+
+
+def test_tensorboard_has_the_budget_tags(trained):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    save, _ = trained
+    tags = {}
+    for split in ("train", "train_inner", "valid"):
+        events = EventAccumulator(str(save / "tb" / split))
+        events.Reload()
+        tags[split] = {t: [e.value for e in events.Scalars(t)] for t in events.Tags()["scalars"]}
+    wanted = ("heads", "head_ratio", "heads_l0", "heads_l1", "budget_term", "exploration_term",
+              "explore_rate", "temperature", "relevance_entropy", "flops_ratio", "accuracy")
+    for split in ("train_inner", "valid"):
+        missing = [t for t in wanted if t not in tags[split]]
+        assert not missing, (split, missing)
+    inner = tags["train_inner"]
+    assert inner["explore_rate"][0] > 0.5 and inner["explore_rate"][-1] == 0
+    assert inner["temperature"][0] > 1.5 and inner["temperature"][-1] == 1.0
+    assert all(1 <= h <= 4 for h in inner["heads"]) and all(0 < r <= 1 for r in inner["head_ratio"])
+    assert all(0 <= e <= 1 for e in inner["relevance_entropy"])

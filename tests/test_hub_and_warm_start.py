@@ -1,5 +1,6 @@
 """What users touch after training: the hub interface, and warm starts from RoBERTa."""
 
+import json
 import random
 import sys
 
@@ -81,6 +82,20 @@ def test_predict_script(trained_sst, tmp_path):
     texts.write_text("fine\n\nbad\n")
     with pytest.raises(AssertionError, match="texts.txt:2"):
         run([sys.executable, REPO / "scripts" / "predict.py", "--checkpoint-dir", save, "--data", data, "--input", texts])
+
+
+def test_plot_heads_writes_pictures(trained_sst, tmp_path):
+    pytest.importorskip("matplotlib")
+    data, save = trained_sst
+    out = tmp_path / "heads"
+    run([sys.executable, REPO / "scripts" / "plot_heads.py", "--checkpoint-dir", save, "--data", data,
+         "--split", "valid", "--out-dir", out])
+    for name in ("heads_overall.png", "heads_by_class.png", "budgets.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    summary = json.loads((out / "heads.json").read_text())
+    assert summary["examples"] == 40  # every dev example
+    assert len(summary["selection_frequency"]) == 2 and len(summary["selection_frequency"][0]) == 4
+    assert set(summary["selection_frequency_by_class"]) == {"0", "1"}
 
 
 @pytest.fixture(scope="module")
