@@ -160,6 +160,8 @@ def test_criterion_loss_adds_the_terms():
         (build_model, {"encoder_embed_dim": 66}, "--encoder-embed-dim"),
         (build_model, {"budget_pooling": "max"}, "--budget-pooling"),
         (build_model, {"budget_mask_temperature": 0.0}, "--budget-mask-temperature"),
+        (build_model, {"initial_budget": 4.5}, "--initial-budget"),
+        (build_model, {"attention_path": "sparse"}, "--attention-path"),
     ],
 )
 def test_bad_settings_fail_when_built_naming_the_option(make, kwargs, option):

@@ -50,12 +50,14 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
 
     def __init__(self, cfg: BudgetSentencePredictionConfig, task):
         super().__init__(cfg, task)
-        for name in ("budget_weight", "exploration_weight"):
-            if getattr(cfg, name) < 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(cfg, name)}")
-        target = cfg.target_head_ratio or None
-        if target is not None and not 0 < target <= 1:
-            raise ValueError(f"--target-head-ratio must be in (0, 1], got {target}")
+        target = cfg.target_head_ratio or None  # 0 and None both mean: a linear cost
+        for option, ok, allowed, value in (
+            ("budget-weight", cfg.budget_weight >= 0, ">= 0", cfg.budget_weight),
+            ("exploration-weight", cfg.exploration_weight >= 0, ">= 0", cfg.exploration_weight),
+            ("target-head-ratio", target is None or 0 < target <= 1, "in (0, 1] (or 0 for none)", target),
+        ):
+            if not ok:
+                raise ValueError(f"--{option} must be {allowed}, got {value!r}")
         self.budget_weight = cfg.budget_weight
         self.target_head_ratio = target
         self.exploration_weight = cfg.exploration_weight

@@ -30,29 +30,20 @@ def budget_config_from_args(args) -> BudgetConfig:
 
 def check_model_args(args):
     """Fail at build time, naming the option, rather than after the first batch."""
+
+    def require(ok: bool, option: str, allowed: str, value):
+        if not ok:
+            raise ValueError(f"--{option} must be {allowed}, got {value!r}")
+
     heads, dim = args.encoder_attention_heads, args.encoder_embed_dim
-    if dim % heads != 0:
-        raise ValueError(
-            f"--encoder-embed-dim ({dim}) must be divisible by "
-            f"--encoder-attention-heads ({heads})"
-        )
-    if not 1 <= args.min_heads <= heads:
-        raise ValueError(
-            f"--min-heads must be in [1, {heads}] (--encoder-attention-heads), "
-            f"got {args.min_heads}"
-        )
-    if args.budget_mask_temperature <= 0:
-        raise ValueError(
-            f"--budget-mask-temperature must be > 0, got {args.budget_mask_temperature}"
-        )
-    if args.budget_pooling not in ("mean", "first"):
-        raise ValueError(
-            f"--budget-pooling must be one of mean, first; got {args.budget_pooling!r}"
-        )
-    if args.attention_path not in ("fast", "reference"):
-        raise ValueError(
-            f"--attention-path must be one of fast, reference; got {args.attention_path!r}"
-        )
+    require(dim % heads == 0, "encoder-embed-dim", f"divisible by --encoder-attention-heads ({heads})", dim)
+    require(1 <= args.min_heads <= heads, "min-heads", f"in [1, {heads}] (--encoder-attention-heads)", args.min_heads)
+    require(args.budget_mask_temperature > 0, "budget-mask-temperature", "> 0", args.budget_mask_temperature)
+    require(args.budget_pooling in ("mean", "first"), "budget-pooling", "one of mean, first", args.budget_pooling)
+    require(args.attention_path in ("fast", "reference"), "attention-path", "one of fast, reference", args.attention_path)
+    if args.initial_budget is not None:
+        require(args.min_heads <= args.initial_budget <= heads, "initial-budget",
+                f"in [--min-heads, {heads}]", args.initial_budget)
 
 
 class BudgetTransformerEncoder(TransformerEncoder):

@@ -54,20 +54,18 @@ class BudgetSentencePredictionTaskConfig(SentencePredictionConfig):
 
 def check_schedule(cfg: BudgetSentencePredictionTaskConfig):
     """Fail when the task is built, naming the option and its allowed range."""
-    if cfg.exploration_updates < 0:
-        raise ValueError(f"--exploration-updates must be >= 0, got {cfg.exploration_updates}")
-    for name in ("exploration_noise",):
-        if getattr(cfg, name) < 0:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(cfg, name)}")
-    if not 0 <= cfg.exploration_uniform <= 1:
-        raise ValueError(f"--exploration-uniform must be in [0, 1], got {cfg.exploration_uniform}")
-    for name in ("temperature_start", "temperature_end"):
-        if getattr(cfg, name) <= 0:
-            raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {getattr(cfg, name)}")
-    if cfg.exploration_schedule not in ("linear", "cosine"):
-        raise ValueError(
-            f"--exploration-schedule must be one of linear, cosine; got {cfg.exploration_schedule!r}"
-        )
+
+    def require(ok: bool, option: str, allowed: str, value):
+        if not ok:
+            raise ValueError(f"--{option} must be {allowed}, got {value!r}")
+
+    require(cfg.exploration_updates >= 0, "exploration-updates", ">= 0", cfg.exploration_updates)
+    require(cfg.exploration_noise >= 0, "exploration-noise", ">= 0", cfg.exploration_noise)
+    require(0 <= cfg.exploration_uniform <= 1, "exploration-uniform", "in [0, 1]", cfg.exploration_uniform)
+    require(cfg.temperature_start > 0, "temperature-start", "> 0", cfg.temperature_start)
+    require(cfg.temperature_end > 0, "temperature-end", "> 0", cfg.temperature_end)
+    require(cfg.exploration_schedule in ("linear", "cosine"), "exploration-schedule",
+            "one of linear, cosine", cfg.exploration_schedule)
 
 
 @register_task("budget_sentence_prediction", dataclass=BudgetSentencePredictionTaskConfig)
