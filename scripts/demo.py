@@ -73,7 +73,7 @@ SYSTEMS = {
     ],
     "budgetformer_small": [
         "--arch", "budgetformer_small", "--task", "budget_sentence_prediction",
-        "--criterion", "budget_sentence_prediction",
+        "--criterion", "budget_sentence_prediction", "--exploration-updates", "400",
     ],
 }
 
@@ -100,7 +100,7 @@ def main():
     parser.add_argument("--data-dir", type=Path, default=REPO / "data")
     parser.add_argument("--out-dir", type=Path, default=REPO / "results")
     parser.add_argument("--save-dir", type=Path, default=REPO / "checkpoints" / "demo")
-    parser.add_argument("--max-update", type=int, default=1600, help="training updates per system")
+    parser.add_argument("--max-update", type=int, default=1000, help="training updates per system (about 3 epochs of MR)")
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
