@@ -2,9 +2,10 @@
 model (and sized architectures), the budgeted encoder layer, the
 ``budget_sentence_prediction`` criterion and task."""
 
-from .checkpoint_safety import allow_fairseq_checkpoints
+from .checkpoint_safety import allow_fairseq_checkpoints, atomic_checkpoint_copies
 
-allow_fairseq_checkpoints()
+allow_fairseq_checkpoints()  # fairseq-validate and resuming under torch >= 2.6
+atomic_checkpoint_copies()  # a kill never leaves a half-written checkpoint_last.pt
 
 from . import criterions, models, modules, tasks  # noqa: E402  (registers everything)
 from .models import BudgetFormerModel  # noqa: E402

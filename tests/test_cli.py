@@ -22,7 +22,11 @@ def validate(data, checkpoint, *extra):
 
 
 def train_inner(output):
-    return [parse_metrics(l.replace("=", " ").replace(", ", " | ")) for l in output.splitlines() if "train_inner" in l]
+    """The key=value metrics of every train_inner log line."""
+    return [
+        {k: float(v) for k, v in re.findall(r"(\w+)=(-?[\d.]+)", line)}
+        for line in output.splitlines() if "train_inner" in line
+    ]
 
 
 @pytest.fixture(scope="module")

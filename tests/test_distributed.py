@@ -1,0 +1,244 @@
+"""Data-parallel training through fairseq's own distributed code, on CPU with gloo.
+
+Stock fairseq 0.12 cannot infer a CPU job (``fairseq/distributed/utils.py`` sizes
+everything by ``torch.cuda.device_count()``, which is 0 here), so the launch spells out
+what it would infer, with fairseq's standard options only (no plugin code):
+
+    torchrun --standalone --nproc_per_node 2 --no-python \\
+        sh -c 'exec fairseq-train "$@" --distributed-rank "$RANK"' fairseq-train \\
+        DATA ... --cpu --distributed-backend gloo --distributed-world-size 2 \\
+        --distributed-init-method env:// --distributed-no-spawn --ddp-backend legacy_ddp
+
+and two processes that each take half of every batch must reach the parameters of one
+process that takes the whole batch (``--update-freq 2``: the same two half-batches,
+summed). Exact comparison needs dropout and exploration noise off (each process draws
+its own)."""
+
+import json
+import os
+import re
+import subprocess
+import time
+
+import pytest
+import torch
+
+from conftest import BIN, REPO, make_classification_data, parse_metrics, run, train_args
+
+TOLERANCE = 1e-5
+SAME_UPDATES = ("--max-update", 4, "--save-interval-updates", 2, "--batch-size", 8,
+                "--dropout", 0, "--attention-dropout", 0, "--exploration-updates", 0, "--log-interval", 1)
+CPU_DDP = ("--cpu", "--distributed-backend", "gloo", "--distributed-world-size", 2,
+           "--distributed-init-method", "env://", "--distributed-no-spawn", "--ddp-backend", "legacy_ddp")
+PER_RANK = 'exec "$0" "$@" --distributed-rank "$RANK"'  # torchrun sets RANK for each process
+
+
+def torchrun(nproc, argv, timeout=300):
+    env = dict(os.environ, PYTHONHASHSEED="0", OMP_NUM_THREADS="1",
+               PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    proc = subprocess.run([str(BIN / "torchrun"), "--standalone", "--nproc_per_node", str(nproc), *map(str, argv)],
+                          env=env, capture_output=True, text=True, timeout=timeout)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-4000:]
+    return output
+
+
+def load_model(path):
+    return torch.load(path, map_location="cpu", weights_only=True)["model"]
+
+
+def max_abs_diff(a, b):
+    assert a.keys() == b.keys()
+    return max((a[k].double() - b[k].double()).abs().max().item() for k in a)
+
+
+def epoch_summary(output):
+    lines = [line for line in output.splitlines() if "| train | epoch" in line]
+    assert lines, output[-3000:]
+    return {k: v for k, v in parse_metrics(lines[-1]).items() if k not in ("wps", "ups", "wall", "train_wall")}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return make_classification_data(tmp_path_factory.mktemp("ddp-data"), n_train=128, n_valid=32)
+
+
+def test_two_cpu_processes_equal_one_process_with_the_whole_batch(data, tmp_path):
+    start = time.monotonic()
+    single = run(train_args(data, tmp_path / "one", *SAME_UPDATES, "--update-freq", 2))
+    single_wall = time.monotonic() - start
+    start = time.monotonic()
+    args = train_args(data, tmp_path / "two", *SAME_UPDATES, *CPU_DDP)
+    double = torchrun(2, ["--no-python", "sh", "-c", PER_RANK, BIN / "fairseq-train", *args[1:]])
+    double_wall = time.monotonic() - start
+
+    assert "distributed init (rank 0): env://" in double and "distributed init (rank 1): env://" in double
+    assert "training on 2 devices" in double
+    summary_one, summary_two = epoch_summary(single), epoch_summary(double)
+    assert summary_two["bsz"] == summary_one["bsz"] == 16  # 2 x 8, reduced over the workers
+    assert summary_two == summary_one
+    diffs = {}
+    for name in ("checkpoint_1_2.pt", "checkpoint_last.pt"):
+        diffs[name] = max_abs_diff(load_model(tmp_path / "one" / name), load_model(tmp_path / "two" / name))
+        assert diffs[name] <= TOLERANCE, (name, diffs[name])
+    moved = max_abs_diff(load_model(tmp_path / "two" / "checkpoint_1_2.pt"), load_model(tmp_path / "two" / "checkpoint_last.pt"))
+    assert moved > 5e-4  # the two updates in between changed the parameters
+    training = [re.findall(r"done training in ([\d.]+) seconds", out)[-1] for out in (single, double)]
+    print(f"\nmax |2 processes - 1 process|: {diffs}; moved {moved:.3g} between updates 2 and 4; "
+          f"wall time (training only): 1 process {single_wall:.1f} s ({training[0]} s), "
+          f"2 processes {double_wall:.1f} s ({training[1]} s)")
+
+
+# Real torch DDP (the reducer fairseq's --ddp-backend c10d uses, here on CPU with gloo)
+# around the real model and criterion: examples and processes that select different
+# heads leave no budgeted-attention parameter unused; only RoBERTa's LM head is.
+DDP_WORKER = r"""
+import json, sys
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tests"]
+from types import SimpleNamespace
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from conftest import build_model, random_tokens
+from budget_plugin.criterions.budget_sentence_prediction import (
+    BudgetSentencePredictionConfig, BudgetSentencePredictionCriterion)
+from budget_plugin.modules import Exploration
+from fairseq.data import Dictionary
+from fairseq.distributed import ModuleProxyWrapper
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+criterion = BudgetSentencePredictionCriterion(
+    BudgetSentencePredictionConfig(), SimpleNamespace(label_dictionary=Dictionary()))
+
+def attempt(find_unused_parameters, train_lm_head):
+    torch.manual_seed(0)  # the same initial model everywhere
+    model = build_model(num_classes=2, initial_budget=1.8).train()  # 2 of 4 heads
+    model.set_exploration(Exploration(rate=1.0, noise=1.0, uniform=0.1, temperature=2.0))
+    for name, p in model.named_parameters():
+        p.requires_grad_(train_lm_head or not name.startswith("encoder.lm_head."))
+    wrapped = ModuleProxyWrapper(DistributedDataParallel(model, find_unused_parameters=find_unused_parameters))
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    torch.manual_seed(100 + rank)  # each process: its own examples and exploration noise
+    head_sets, choices = set(), []
+    try:
+        for step in range(3):
+            tokens = random_tokens()
+            sample = {"net_input": {"src_tokens": tokens, "src_lengths": tokens.ne(1).sum(1)},
+                      "target": torch.randint(0, 2, (6,)), "ntokens": int(tokens.ne(1).sum())}
+            loss, _, logs = criterion(wrapped, sample)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            with torch.no_grad():
+                _, extra = model(tokens, features_only=True)
+            rows = [row for layer in extra["budget"] for row in layer["selected"].int().tolist()]
+            head_sets |= {tuple(row) for row in rows}
+            choices.append(rows)
+    except RuntimeError as error:
+        return {"error": str(error)[:600]}
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    every = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, flat)
+    return {"rank_diff": (every[0] - every[1]).abs().max().item(), "head_sets": sorted(head_sets),
+            "choices": choices}
+
+result = {
+    "strict": attempt(find_unused_parameters=False, train_lm_head=False),
+    "find_unused": attempt(find_unused_parameters=True, train_lm_head=True),
+    "lm_head_unused": attempt(find_unused_parameters=False, train_lm_head=True),
+}
+print("RESULT", rank, json.dumps(result), flush=True)
+"""
+
+
+def test_ddp_reducer_sees_every_budgeted_parameter_used(tmp_path):
+    script = tmp_path / "ddp_worker.py"
+    script.write_text(DDP_WORKER)
+    output = torchrun(2, [script, REPO])
+    results = {int(line.split()[1]): json.loads(line.split(None, 2)[2])
+               for line in output.splitlines() if line.startswith("RESULT ")}
+    assert set(results) == {0, 1}, output[-3000:]
+    for rank, result in results.items():
+        # without find_unused_parameters, DDP raises on any parameter left out of the loss:
+        # with the LM head frozen, every other parameter (routers included) is used
+        strict = result["strict"]
+        assert "error" not in strict, strict
+        assert strict["rank_diff"] == 0.0
+        assert len(strict["head_sets"]) > 1  # examples ran different heads
+        assert all(0 < sum(s) < 4 for s in strict["head_sets"])
+        assert result["find_unused"].get("rank_diff") == 0.0, result["find_unused"]
+        # and the LM head is what --find-unused-parameters is for
+        assert "did not receive grad" in result["lm_head_unused"].get("error", "") or \
+               "not used in producing loss" in result["lm_head_unused"].get("error", ""), result["lm_head_unused"]
+    assert results[0]["strict"]["choices"] != results[1]["strict"]["choices"]  # and processes too
+    print("\nDDP without find_unused_parameters, LM head trainable:", results[0]["lm_head_unused"]["error"])
+
+
+def test_only_the_lm_head_is_unused_when_heads_differ_per_example():
+    """What DDP's unused-parameter check looks at, in one process: after one backward
+    through the criterion, which parameters have no gradient."""
+    from types import SimpleNamespace
+
+    from budget_plugin.criterions.budget_sentence_prediction import (
+        BudgetSentencePredictionConfig, BudgetSentencePredictionCriterion)
+    from budget_plugin.modules import Exploration
+    from conftest import build_model, random_tokens
+    from fairseq.data import Dictionary
+
+    model = build_model(num_classes=2, initial_budget=1.8).train()
+    model.set_exploration(Exploration(rate=1.0, noise=1.0, uniform=0.1, temperature=2.0))
+    criterion = BudgetSentencePredictionCriterion(
+        BudgetSentencePredictionConfig(), SimpleNamespace(label_dictionary=Dictionary()))
+    tokens = random_tokens()
+    sample = {"net_input": {"src_tokens": tokens, "src_lengths": tokens.ne(1).sum(1)},
+              "target": torch.tensor([0, 1, 0, 1, 1, 0]), "ntokens": int(tokens.ne(1).sum())}
+    outputs = []
+    hook = model.register_forward_hook(lambda m, a, out: outputs.append(out))
+    loss, _, _ = criterion(model, sample)
+    hook.remove()
+    loss.backward()
+    selected = [layer["selected"] for layer in outputs[-1][1]["budget"]]
+    assert any(len({tuple(r) for r in s.tolist()}) > 1 for s in selected)  # heads differ per example
+    assert all(not bool(s.all()) for s in selected)  # and some heads were left out
+    unused = sorted(n for n, p in model.named_parameters() if p.grad is None)
+    assert unused == ["encoder.lm_head.bias", "encoder.lm_head.dense.bias", "encoder.lm_head.dense.weight",
+                      "encoder.lm_head.layer_norm.bias", "encoder.lm_head.layer_norm.weight"]
+    for attention in model.budgeted_attentions():
+        for name, p in attention.named_parameters():
+            assert p.grad is not None and torch.isfinite(p.grad).all(), name
+        assert attention.relevance_proj.weight.grad.abs().sum() > 0
+        assert attention.budget_proj.weight.grad.abs().sum() > 0
+
+
+# ---------------------------------------------------------- why stock fails on CPU
+
+
+def test_why_stock_fairseq_does_not_infer_a_cpu_job(monkeypatch):
+    """The three ways stock fairseq 0.12 gets a CPU job wrong, each from
+    fairseq/distributed/utils.py with torch.cuda.device_count() == 0."""
+    from fairseq.dataclass.configs import DistributedTrainingConfig, FairseqConfig
+    from fairseq.distributed import utils as distributed_utils
+    from omegaconf import OmegaConf
+
+    assert torch.cuda.device_count() == 0
+    for key, value in {"MASTER_ADDR": "localhost", "MASTER_PORT": "29500", "WORLD_SIZE": "2", "RANK": "1"}.items():
+        monkeypatch.setenv(key, value)
+    # 1. torchrun alone: the default world size is max(1, #GPUs) = 1, so nothing is
+    #    initialised and every process trains alone
+    cfg = OmegaConf.structured(DistributedTrainingConfig(tpu=False))
+    assert cfg.distributed_world_size == 1
+    distributed_utils.infer_init_method(cfg)
+    assert cfg.distributed_init_method is None
+    # 2. torchrun + --distributed-world-size 2: device_id = rank % #GPUs
+    cfg = OmegaConf.structured(DistributedTrainingConfig(distributed_world_size=2, tpu=False))
+    with pytest.raises(ZeroDivisionError):
+        distributed_utils.infer_init_method(cfg)
+    # 3. fairseq's own launcher (--distributed-init-method without --distributed-no-spawn)
+    #    spawns min(#GPUs, world size) = 0 processes, trains nothing and exits 0
+    spawned, trained = [], []
+    monkeypatch.setattr(torch.multiprocessing, "spawn", lambda fn, args, nprocs, join: spawned.append(nprocs))
+    full = OmegaConf.structured(FairseqConfig)
+    full.distributed_training.distributed_world_size = 2
+    full.distributed_training.distributed_init_method = "tcp://localhost:29500"
+    distributed_utils.call_main(full, lambda cfg: trained.append(cfg))
+    assert spawned == [0] and trained == []
