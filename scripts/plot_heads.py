@@ -9,10 +9,13 @@ Writes, for the split:
   heads_by_class.png   the same map for every gold class, side by side
   budgets.png          per layer, the distribution of per-example head counts
 and heads.json with the numbers behind them. Needs matplotlib (pip install -e .[viz]).
+With --tensorboard-logdir it also writes, per layer, a TensorBoard histogram of the
+per-example head counts (tag budget_heads/layer<i>, step = the checkpoint's update).
 """
 
 import argparse
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -64,7 +67,9 @@ def main():
     parser.add_argument("--split", default="valid")
     parser.add_argument("--out-dir", required=True, type=Path)
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--tensorboard-logdir", type=Path, help="also write per-layer budget histograms here")
     args = parser.parse_args()
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     try:
         import matplotlib
 
@@ -111,6 +116,15 @@ def main():
         "mean_heads_per_layer": heads.float().mean(dim=0).tolist(),
         "std_heads_per_layer": heads.float().std(dim=0).tolist() if n > 1 else None,
     }
+    if args.tensorboard_logdir:
+        from torch.utils.tensorboard import SummaryWriter
+
+        step = torch.load(args.checkpoint_dir / args.checkpoint_file, map_location="cpu", weights_only=True)
+        step = step["optimizer_history"][-1]["num_updates"]
+        with SummaryWriter(str(args.tensorboard_logdir / args.split)) as writer:
+            for layer in range(num_layers):
+                writer.add_histogram(f"budget_heads/layer{layer}", heads[:, layer], step, bins=list(range(num_heads + 2)))
+
     (args.out_dir / "heads.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"wrote {args.out_dir}/heads_overall.png, heads_by_class.png, budgets.png, heads.json ({n} inputs)")
 

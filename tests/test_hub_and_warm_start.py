@@ -89,13 +89,20 @@ def test_plot_heads_writes_pictures(trained_sst, tmp_path):
     data, save = trained_sst
     out = tmp_path / "heads"
     run([sys.executable, REPO / "scripts" / "plot_heads.py", "--checkpoint-dir", save, "--data", data,
-         "--split", "valid", "--out-dir", out])
+         "--split", "valid", "--out-dir", out, "--tensorboard-logdir", tmp_path / "tb"])
     for name in ("heads_overall.png", "heads_by_class.png", "budgets.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
     summary = json.loads((out / "heads.json").read_text())
     assert summary["examples"] == 40  # every dev example
     assert len(summary["selection_frequency"]) == 2 and len(summary["selection_frequency"][0]) == 4
     assert set(summary["selection_frequency_by_class"]) == {"0", "1"}
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "tb" / "valid"))
+    events.Reload()
+    assert events.Tags()["histograms"] == ["budget_heads/layer0", "budget_heads/layer1"]
+    histogram = events.Histograms("budget_heads/layer0")[-1].histogram_value
+    assert histogram.num == 40 and 1 <= histogram.min <= histogram.max <= 4
 
 
 @pytest.fixture(scope="module")
