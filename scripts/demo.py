@@ -5,7 +5,8 @@
 2. train ``budgetformer_small`` and, with the same settings, data order and seed, fairseq's
    own ``roberta`` architecture of the same size (standard multi-head attention),
 3. evaluate both best checkpoints (chosen on dev) with ``fairseq-validate`` on dev and test,
-4. print a table (and write results/demo.{md,json}).
+4. print a table (and write results/demo.{md,json}), and draw which heads the budgeted
+   model runs on the test split (results/heads/, with scripts/plot_heads.py).
 
 Usage: python scripts/demo.py [--data-dir data] [--out-dir results] [--max-update N]
 """
@@ -141,8 +142,24 @@ def main():
     print("\nMR (movie-review polarity), budgetformer_small size, same data, seed and updates;")
     print("best checkpoint chosen on dev, test scored once with fairseq-validate on every example:\n")
     print(table)
+    pictures = args.out_dir / "heads"
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        pictures = None
+    if pictures:
+        run([sys.executable, REPO / "scripts" / "plot_heads.py", "--checkpoint-dir", args.save_dir / "budgetformer_small",
+             "--data", data, "--split", "test", "--out-dir", pictures, "--tensorboard-logdir",
+             args.save_dir / "budgetformer_small" / "tensorboard"])
+        usage = json.loads((pictures / "heads.json").read_text())
+        spread = ", ".join(f"{m:.2f}+-{s:.2f}" for m, s in zip(usage["mean_heads_per_layer"], usage["std_heads_per_layer"]))
+        print(f"\nheads per layer on test, mean +- std over inputs: {spread}")
     print(f"\nwritten: {args.out_dir / 'demo.md'}, {args.out_dir / 'demo.json'}; "
           f"TensorBoard logs under {args.save_dir}/*/tensorboard")
+    if pictures:
+        print(f"pictures of head usage: {pictures}/heads_overall.png, heads_by_class.png, budgets.png")
+    else:
+        print("(pip install -e '.[viz]' for the pictures of head usage)")
 
 
 if __name__ == "__main__":
