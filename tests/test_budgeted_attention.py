@@ -184,3 +184,13 @@ def test_flops_scale_with_heads():
 def test_min_heads_out_of_range_is_refused(min_heads):
     with pytest.raises(ValueError, match="min-heads"):
         BudgetedAttention(C, H, BudgetConfig(min_heads=min_heads))
+
+
+def test_fast_path_runs_with_autograd_enabled():
+    """Inference without torch.no_grad() (as hub users call it) takes the fast path too."""
+    attention, (x, padding) = make_attention(), make_inputs()
+    attention.forced_heads = 3
+    fast, _ = attention.forward_budgeted(x, padding)
+    attention.fast_path = False
+    reference, _ = attention.forward_budgeted(x, padding)
+    assert (fast - reference).abs().max().item() <= 1e-5

@@ -161,8 +161,9 @@ class BudgetedAttention(MultiheadAttention):
             return x[0]
         if key_padding_mask is None:
             return x.mean(dim=0)
-        keep = (~key_padding_mask.bool()).t().unsqueeze(-1).type_as(x)
-        return (x * keep).sum(dim=0) / keep.sum(dim=0).clamp_min(1.0)
+        keep = (~key_padding_mask.bool()).t().type_as(x)  # T x B
+        # a contraction, not (x * keep).sum(0): no T x B x C temporary
+        return torch.einsum("tbc,tb->bc", x, keep) / keep.sum(dim=0).clamp_min(1.0).unsqueeze(-1)
 
     def rank_heads(self, logits: Tensor) -> Tensor:
         """Rank of every head (0 = most relevant), explored while training.
@@ -219,6 +220,24 @@ class BudgetedAttention(MultiheadAttention):
         heads = heads * gate.to(heads.dtype)[:, :, None, None]
         return self.out_proj(merge_heads(heads))
 
+    # On CPU the fast path's cost is its GEMMs plus whatever feeds them; the choices
+    # below keep the feeding cheap: weights are only ever sliced (views), never gathered
+    # (a gathered copy of the selected rows is 4 k d C floats per group, page-faulted in
+    # fresh, and at batch 1 bigger than the layer's activations), and examples are
+    # gathered with ``index_select`` (advanced indexing is several times slower).
+    _CALL_COST = 1 << 14  # fixed cost of one small op, in floats moved (~10 us on CPU)
+
+    @staticmethod
+    def _head_runs(heads: Tensor) -> "list[tuple[int, int]]":
+        """Ascending head indices as maximal runs of consecutive heads, [start, stop)."""
+        runs: "list[tuple[int, int]]" = []
+        for h in heads.tolist():
+            if runs and runs[-1][1] == h:
+                runs[-1] = (runs[-1][0], h + 1)
+            else:
+                runs.append((h, h + 1))
+        return runs
+
     def attend_heads(
         self,
         x: Tensor,
@@ -226,55 +245,97 @@ class BudgetedAttention(MultiheadAttention):
         heads: Tensor,
         out_bias: bool = True,
     ) -> Tensor:
-        """Attention of the given heads only: their rows of q/k/v, their columns of
-        out_proj. The cost is proportional to ``len(heads)``."""
-        if heads.numel() == 1:  # a slice is a view: no weight copy
-            h = int(heads)
-            rows = slice(h * self.head_dim, (h + 1) * self.head_dim)
-        else:
-            rows = (heads[:, None] * self.head_dim + torch.arange(self.head_dim, device=heads.device)).flatten()
+        """Attention of the given heads only (ascending indices): their rows of q/k/v,
+        their columns of out_proj. The cost is proportional to ``len(heads)``.
 
-        def project(proj: nn.Linear) -> Tensor:
-            bias = proj.bias[rows] if proj.bias is not None else None
-            return split_heads(F.linear(x, proj.weight[rows], bias), heads.numel())
-
-        q, k, v = project(self.q_proj), project(self.k_proj), project(self.v_proj)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep_mask(key_padding_mask))
-        bias = self.out_proj.bias if out_bias else None
-        return F.linear(merge_heads(out), self.out_proj.weight[:, rows], bias)
+        Every run of consecutive heads is one product on views of the weights
+        (``weight[rows]``, ``out_proj.weight[:, rows]``); the runs' outputs are
+        accumulated into one buffer by ``addmm``."""
+        T, B, C = x.shape
+        d = self.head_dim
+        mask = keep_mask(key_padding_mask)
+        out: Optional[Tensor] = None
+        for start, stop in self._head_runs(heads.flatten()):
+            rows = slice(start * d, stop * d)
+            q, k, v = (
+                split_heads(F.linear(x, p.weight[rows], None if p.bias is None else p.bias[rows]), stop - start)
+                for p in (self.q_proj, self.k_proj, self.v_proj)
+            )
+            heads_out = merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+            heads_out = heads_out.view(T * B, (stop - start) * d)
+            weight = self.out_proj.weight[:, rows].t()
+            if out is not None and torch.is_grad_enabled():  # autograd refuses out=
+                out = torch.addmm(out, heads_out, weight)
+            elif out is not None:  # in place; out= rather than addmm_: FlopCounterMode counts addmm only
+                torch.addmm(out, heads_out, weight, out=out)
+            elif out_bias and self.out_proj.bias is not None:
+                out = torch.addmm(self.out_proj.bias, heads_out, weight)
+            else:
+                out = torch.mm(heads_out, weight)
+        assert out is not None, "attend_heads needs at least one head"
+        return out.view(T, B, C)
 
     def attend_selected_heads(
         self, x: Tensor, key_padding_mask: Optional[Tensor], selected: Tensor
     ) -> Tensor:
         """Fast inference path: only the selected heads of every example are computed.
 
-        Examples are grouped, never looped over: by identical head set when there are
-        no more distinct sets than active heads (one gathered multi-head product per
-        set), otherwise by head (one single-head product over the examples that chose
-        it, summed into the output)."""
+        Examples are grouped, never looped over, in whichever of two ways costs less
+        (both compute exactly the selected heads, nothing more):
+
+        * by head set: one product per distinct set on the set's examples (their inputs
+          gathered, their outputs scattered back: ~2 T C floats per example), a few
+          small ops per run of consecutive heads in the set; a set's examples are taken
+          at most ``ceil(B k / 2H)`` at a time, so that activations fall with ``k``;
+        * by head: one single-head product per active head over the examples that chose
+          it, added into the output (~3 k T C floats per example).
+
+        Sets win unless nearly every example has a set of its own and inputs are short."""
         if bool(selected.all()):  # full budget: exactly fairseq's own attention
             return super().forward(
                 x, x, x, key_padding_mask=key_padding_mask, need_weights=False
             )[0]
-        head_sets, set_of_example = torch.unique(selected, dim=0, return_inverse=True)
-        active_heads = selected.any(dim=0).nonzero().flatten()
+        T, B, C = x.shape
+        if B == 1:
+            return self.attend_heads(x, key_padding_mask, selected[0].nonzero().flatten())
+        head_sets, set_of_example, set_sizes = torch.unique(
+            selected, dim=0, return_inverse=True, return_counts=True
+        )
+        if len(head_sets) == 1:
+            return self.attend_heads(x, key_padding_mask, head_sets[0].nonzero().flatten())
 
         def subset(examples: Tensor):
+            if examples.numel() == B:
+                return x, key_padding_mask
             mask = None if key_padding_mask is None else key_padding_mask.index_select(0, examples)
             return x.index_select(1, examples), mask
 
-        if len(head_sets) == 1:
-            return self.attend_heads(x, key_padding_mask, head_sets[0].nonzero().flatten())
-        if len(head_sets) <= len(active_heads):
-            out = x.new_empty(x.shape)
-            for i, head_set in enumerate(head_sets):
-                examples = (set_of_example == i).nonzero().flatten()
-                out[:, examples] = self.attend_heads(*subset(examples), head_set.nonzero().flatten())
-            return out
+        examples_per_head = selected.sum(dim=0)
+        active_heads = examples_per_head.nonzero().flatten()
+        head_set_list = [s.nonzero().flatten() for s in head_sets]
+        # a product takes at most half the examples an average head serves (B k / 2H):
+        # its activations, and so the peak memory, then shrink with the budget
+        chunks = [
+            -(-size // max(1, -(-B * len(heads) // (2 * self.num_heads))))
+            for heads, size in zip(head_set_list, set_sizes.tolist())
+        ]
+        runs = sum(n * len(self._head_runs(s)) for s, n in zip(head_set_list, chunks))
+        by_set = 2 * B * T * C + self._CALL_COST * (3 * sum(chunks) + 6 * runs)
+        by_head = 3 * int(examples_per_head.sum()) * T * C + self._CALL_COST * 9 * len(active_heads)
         out = x.new_zeros(x.shape)
-        for h in active_heads:
-            examples = selected[:, h].nonzero().flatten()
-            out.index_add_(1, examples, self.attend_heads(*subset(examples), h.view(1), out_bias=False))
+        if by_set <= by_head:
+            order = set_of_example.argsort(stable=True)
+            for heads, examples, n in zip(head_set_list, order.split(set_sizes.tolist()), chunks):
+                for chunk in examples.tensor_split(n):
+                    out.index_add_(1, chunk, self.attend_heads(*subset(chunk), heads))
+            return out
+        pairs = selected.t().nonzero()  # (head, example), sorted by head
+        for h, examples in zip(active_heads, pairs[:, 1].split(examples_per_head[active_heads].tolist())):
+            y = self.attend_heads(*subset(examples), h.view(1), out_bias=False)
+            if examples.numel() == B:
+                out += y
+            else:
+                out.index_add_(1, examples, y)
         if self.out_proj.bias is not None:
             out += self.out_proj.bias
         return out

@@ -1,0 +1,570 @@
+#!/usr/bin/env python3
+"""Side-by-side inference benchmark: stock fairseq RoBERTa vs BudgetFormer.
+
+For every size, batch size and sequence length ("cell") it runs, in one process, on
+the same inputs and with identical weights:
+
+* ``fairseq_mha``: an encoder of fairseq's own ``roberta`` architecture
+  (``RobertaModel.build_model``, standard ``MultiheadAttention``), and
+* ``budgetformer``: the same encoder with budgeted attention (the stock weights are
+  copied in), its budget forced to ``round(ratio * H)`` heads per layer for every
+  ``--head-ratios`` value, plus, with ``--checkpoint``, the checkpoint's learned budget.
+
+Forcing k fixes *how many* heads run; *which* heads an example runs is still picked per
+example by the router's relevance scores. An untrained router is near-uniform (std 0.02),
+so its relevance weights are redrawn from N(0, 1) (seeded): examples then choose
+different heads, as a trained model's do, and the fast path has to group them. A
+checkpoint keeps its trained router.
+
+Measured per cell and implementation (eval mode, ``torch.no_grad``):
+
+* FLOPs with ``torch.utils.flop_counter.FlopCounterMode`` for the whole forward pass and
+  for the attention blocks. FlopCounterMode has no formula for the CPU kernel of
+  ``scaled_dot_product_attention`` (``_scaled_dot_product_flash_attention_for_cpu``), so
+  the benchmark registers torch's own SDPA formula (``sdpa_flop_count``) for it;
+* latency (milliseconds, median of ``--repeats`` timed runs after warm-up; the
+  implementations are interleaved within each repeat so that they share the machine's
+  noise) of the whole forward (``model(tokens, features_only=True)``) and of the
+  attention blocks: every layer's attention module run standalone on the hidden states
+  that enter that layer in the stock model (stock ``self_attn(x, x, x,
+  key_padding_mask=m, need_weights=False)`` vs ``self_attn.forward_budgeted(x, m)``,
+  router included), summed over layers;
+* peak memory (bytes allocated above what was held before the call): on CPU from
+  ``torch.profiler`` memory events (``profile_memory=True``), on CUDA from
+  ``torch.cuda.max_memory_allocated``;
+* throughput (sequences and non-padding tokens per second of the whole forward).
+
+Derived: ideal speed-up (stock FLOPs / budgeted FLOPs), measured speed-up (stock latency
+/ budgeted latency), efficiency ``(1 - t_budget / t_stock) / (1 - flops_budget /
+flops_stock)`` (the fraction of the ideal saving captured; null when the ideal saving is
+under 1%, e.g. at ratio 1.0), each for the whole model and for the attention blocks.
+
+Inputs: random tokens; batch 1 is unpadded; in larger batches example 0 has the full
+length and the others a seeded length uniform in [T/2, T] (right padding).
+
+Results go to ``--json`` and ``--markdown`` (written atomically after every cell, so an
+interrupted run leaves the cells done so far); the table is printed at the end.
+
+    python scripts/benchmark.py --quick
+    python scripts/benchmark.py --sizes small base --batch-sizes 1 8 32 --seq-lens 64 128 512
+"""
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+
+import budget_plugin  # noqa: E402,F401  (registers the plugin, allow-lists checkpoint types)
+from budget_plugin.models.budgetformer import BudgetFormerModel  # noqa: E402
+from fairseq.data import Dictionary  # noqa: E402
+from fairseq.models import ARCH_CONFIG_REGISTRY  # noqa: E402
+from fairseq.models.roberta import RobertaModel  # noqa: E402
+
+SIZES = {  # layers, embed dim, ffn dim, heads (the budgetformer_* architectures)
+    "small": (4, 256, 1024, 8),
+    "base": (12, 768, 3072, 12),
+}
+VOCAB = 1000
+MAX_POSITIONS = 512
+PADDING = (
+    "batch 1 unpadded; otherwise example 0 full length and the others a seeded length "
+    "uniform in [T/2, T] (right padding)"
+)
+RELEVANCE = (
+    "forced budgets: k = round(ratio * H) heads per layer, which heads chosen per example "
+    "by the router; relevance weights redrawn N(0, 1) (seeded) so examples pick different "
+    "heads (a checkpoint keeps its trained router)"
+)
+QUICK = dict(sizes=["small"], batch_sizes=[1, 8], seq_lens=[64], repeats=3)
+
+
+# ----------------------------------------------------------------------- models
+
+
+class _Task:
+    def __init__(self, dictionary, max_positions=MAX_POSITIONS):
+        self.source_dictionary = dictionary
+        self._max_positions = max_positions
+
+    def max_positions(self):
+        return self._max_positions
+
+
+def _dictionary(size: int) -> Dictionary:
+    dictionary = Dictionary()
+    while len(dictionary) < size:
+        dictionary.add_symbol(f"w{len(dictionary)}")
+    return dictionary
+
+
+def _namespace(arch: str, layers: int, dim: int, ffn: int, heads: int, **extra):
+    return argparse.Namespace(
+        arch=arch, encoder_layers=layers, encoder_embed_dim=dim, encoder_ffn_embed_dim=ffn,
+        encoder_attention_heads=heads, max_positions=MAX_POSITIONS, **extra,
+    )
+
+
+def build_stock(dims, vocab: int = VOCAB, like: Optional[argparse.Namespace] = None) -> RobertaModel:
+    """fairseq's own RoBERTa encoder (standard MultiheadAttention); ``like``: copy every
+    option of that (BudgetFormer) model's namespace, e.g. a checkpoint's."""
+    args = argparse.Namespace(**vars(like)) if like is not None else _namespace("roberta", *dims)
+    args.arch = "roberta"
+    ARCH_CONFIG_REGISTRY["roberta"](args)
+    return RobertaModel.build_model(args, _Task(_dictionary(vocab), args.max_positions))
+
+
+def build_budgetformer(dims, vocab: int = VOCAB, args=None) -> BudgetFormerModel:
+    if args is None:
+        args = _namespace("budgetformer", *dims)
+    ARCH_CONFIG_REGISTRY.get(args.arch, ARCH_CONFIG_REGISTRY["budgetformer"])(args)
+    return BudgetFormerModel.build_model(args, _Task(_dictionary(vocab), args.max_positions))
+
+
+ROUTER_KEYS = ("relevance_proj", "budget_proj")
+
+
+def copy_weights(source_state: Dict[str, torch.Tensor], target: torch.nn.Module):
+    """Load every encoder weight the target has (the router and heads may be missing)."""
+    state = {k: v for k, v in source_state.items() if not k.startswith("classification_heads.")}
+    missing, unexpected = target.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not any(r in k for r in ROUTER_KEYS)]
+    unexpected = [k for k in unexpected if not any(r in k for r in ROUTER_KEYS)]
+    if missing or unexpected:
+        raise RuntimeError(f"weights do not match: missing {missing[:5]}, unexpected {unexpected[:5]}")
+
+
+def randomise_relevance(model: BudgetFormerModel, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for attention in model.budgeted_attentions():
+            w = attention.relevance_proj.weight
+            w.copy_(torch.randn(w.shape, generator=generator).to(w))
+
+
+def load_checkpoint(path: str):
+    """A BudgetFormer checkpoint (fairseq-train's or a bare {'model', 'cfg'|'args'} dict),
+    read with torch's safe loader (``weights_only=True``; ``import budget_plugin``
+    allow-lists the argparse.Namespace a legacy fairseq model keeps in its config).
+    Returns (budgetformer, its dims, vocabulary size)."""
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    args = None
+    if state.get("cfg") is not None:
+        args = state["cfg"].get("model") if isinstance(state["cfg"], dict) else state["cfg"].model
+    if args is None:
+        args = state.get("args")
+    if not isinstance(args, argparse.Namespace):
+        args = argparse.Namespace(**dict(args)) if args is not None else argparse.Namespace(arch="budgetformer")
+    weights = state["model"]
+    vocab = weights["encoder.sentence_encoder.embed_tokens.weight"].shape[0]
+    model = build_budgetformer(None, vocab=vocab, args=args)
+    copy_weights(weights, model)
+    dims = (args.encoder_layers, args.encoder_embed_dim, args.encoder_ffn_embed_dim, args.encoder_attention_heads)
+    return model, dims, vocab
+
+
+# ----------------------------------------------------------------------- measuring
+
+
+def _sdpa_cpu_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs):
+    from torch.utils.flop_counter import sdpa_flop_count
+
+    return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+def _flop_counter():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    mapping = {}
+    op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    if op is not None:
+        mapping[op] = _sdpa_cpu_flops
+    return FlopCounterMode(display=False, custom_mapping=mapping)
+
+
+def count_flops(fn: Callable[[], object]) -> int:
+    with _flop_counter() as counter:
+        fn()
+    return int(counter.get_total_flops())
+
+
+def peak_memory(fn: Callable[[], object], device: torch.device) -> int:
+    """Peak bytes allocated during ``fn`` above what was allocated before it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        fn()
+        torch.cuda.synchronize(device)
+        return int(torch.cuda.max_memory_allocated(device) - base)
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    events = sorted(  # raw allocation (+) and free (-) records, in time order
+        (e.start_ns(), e.nbytes())
+        for e in prof.profiler.kineto_results.events()
+        if e.name() == "[memory]" and e.device_type().name == "CPU"
+    )
+    current = peak = 0
+    for _, nbytes in events:
+        current += nbytes
+        peak = max(peak, current)
+    return int(peak)
+
+
+def _sync(device: torch.device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@dataclass
+class Impl:
+    name: str  # fairseq_mha | budgetformer
+    head_ratio: Optional[float]
+    budget: Optional[str]  # None (stock) | "forced" | "learned"
+    forward: Callable[[], object]
+    attention: Callable[[], object]
+    prepare: Callable[[], None]
+    heads_run: Callable[[], float]  # mean heads run per layer and example
+
+
+def make_inputs(batch: int, seq_len: int, vocab: int, seed: int, device):
+    generator = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(4, vocab, (batch, seq_len), generator=generator)
+    tokens[:, 0] = 0  # <s>
+    if batch > 1:
+        lengths = torch.randint(seq_len // 2, seq_len + 1, (batch,), generator=generator)
+        lengths[0] = seq_len
+        tokens[torch.arange(seq_len)[None, :] >= lengths[:, None]] = 1  # <pad>
+    return tokens.to(device)
+
+
+def capture_layer_inputs(stock: RobertaModel, tokens: torch.Tensor):
+    """(x, key_padding_mask) entering every layer of the stock encoder."""
+    captured = []
+
+    def hook(module, args, kwargs):
+        x = args[0] if args else kwargs["x"]
+        mask = kwargs.get("encoder_padding_mask", args[1] if len(args) > 1 else None)
+        captured.append((x.detach().clone(), None if mask is None else mask.clone()))
+
+    layers = stock.encoder.sentence_encoder.layers
+    handles = [layer.register_forward_pre_hook(hook, with_kwargs=True) for layer in layers]
+    try:
+        with torch.no_grad():
+            stock(tokens, features_only=True)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return captured
+
+
+def build_impls(stock, budget, tokens, ratios, learned: bool) -> List[Impl]:
+    inputs = capture_layer_inputs(stock, tokens)
+    stock_layers = stock.encoder.sentence_encoder.layers
+    budget_layers = budget.encoder.sentence_encoder.layers
+    H = budget_layers[0].self_attn.num_heads
+    last_heads: Dict[str, float] = {}
+
+    def stock_attention():
+        for layer, (x, mask) in zip(stock_layers, inputs):
+            layer.self_attn(x, x, x, key_padding_mask=mask, need_weights=False)
+
+    def budget_attention():
+        heads = []
+        for layer, (x, mask) in zip(budget_layers, inputs):
+            _, stats = layer.self_attn.forward_budgeted(x, mask)
+            heads.append(stats["heads"])
+        last_heads["attention"] = torch.stack(heads).float().mean().item()
+
+    def budget_forward():
+        _, extra = budget(tokens, features_only=True)
+        last_heads["forward"] = torch.stack([s["heads"] for s in extra["budget"]]).float().mean().item()
+
+    impls = [
+        Impl("fairseq_mha", None, None, lambda: stock(tokens, features_only=True), stock_attention,
+             lambda: None, lambda: float(H)),
+    ]
+
+    def forcing(k):
+        return lambda: budget.force_heads(k)
+
+    for ratio in ratios:
+        k = max(1, min(H, round(ratio * H)))
+        impls.append(Impl("budgetformer", ratio, "forced", budget_forward, budget_attention,
+                          forcing(k), lambda: last_heads.get("forward", float("nan"))))
+    if learned:
+        impls.append(Impl("budgetformer", None, "learned", budget_forward, budget_attention,
+                          forcing(None), lambda: last_heads.get("forward", float("nan"))))
+    return impls
+
+
+def _ratio(a, b):
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def _efficiency(t, t_stock, flops, flops_stock):
+    ideal_saving = 1.0 - flops / flops_stock
+    if ideal_saving < 0.01:  # no saving to capture (ratio 1.0 costs the router on top)
+        return None
+    return (1.0 - t / t_stock) / ideal_saving
+
+
+def measure_cell(size, dims, stock, budget, batch, seq_len, ratios, learned, vocab, args, device):
+    torch.manual_seed(0)
+    tokens = make_inputs(batch, seq_len, vocab, seed=1000 * batch + seq_len, device=device)
+    impls = build_impls(stock, budget, tokens, ratios, learned)
+    rows = []
+    with torch.no_grad():
+        for impl in impls:  # FLOPs (also the first warm-up) and peak memory, one impl at a time
+            impl.prepare()
+            row = {"total_flops": count_flops(impl.forward), "attn_flops": count_flops(impl.attention)}
+            row["heads_run"] = impl.heads_run()
+            row["peak_mem_bytes"] = peak_memory(impl.forward, device)
+            row["attn_peak_mem_bytes"] = peak_memory(impl.attention, device)
+            rows.append(row)
+        times = {i: {k: [] for k in ("forward", "attention", "forward_cpu", "attention_cpu")}
+                 for i in range(len(impls))}
+        repeats = args.repeats
+        started = time.perf_counter()
+        rep = 0
+        while rep < args.warmup + repeats:
+            for i, impl in enumerate(impls):
+                impl.prepare()
+                for kind, fn in (("forward", impl.forward), ("attention", impl.attention)):
+                    _sync(device)
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    fn()
+                    _sync(device)
+                    if rep >= args.warmup:
+                        times[i][kind].append((time.perf_counter() - t0) * 1e3)
+                        times[i][f"{kind}_cpu"].append((time.process_time() - c0) * 1e3)
+            rep += 1
+            if rep == args.warmup + 1 and args.time_budget > 0:  # cap very slow cells
+                per_round = (time.perf_counter() - started) / rep
+                fit = int(args.time_budget / max(per_round, 1e-9))
+                repeats = max(min(3, args.repeats), min(args.repeats, fit))
+    cells = []
+    non_pad_tokens = int((tokens != 1).sum())
+    for i, (impl, row) in enumerate(zip(impls, rows)):
+        forward_ms = statistics.median(times[i]["forward"])
+        attn_ms = statistics.median(times[i]["attention"])
+        cell = {
+            "impl": impl.name,
+            "size": size,
+            "layers": dims[0],
+            "embed_dim": dims[1],
+            "heads": dims[3],
+            "batch": batch,
+            "seq_len": seq_len,
+            "head_ratio": impl.head_ratio,
+            "budget": impl.budget,
+            "heads_run": row["heads_run"],
+            "attn_ms": attn_ms,
+            "forward_ms": forward_ms,
+            "attn_ms_min": min(times[i]["attention"]),
+            "forward_ms_min": min(times[i]["forward"]),
+            # CPU time of this process (all its threads): at --threads 1 on a shared
+            # machine it leaves out the time the benchmark waited for a core
+            "attn_cpu_ms": statistics.median(times[i]["attention_cpu"]),
+            "forward_cpu_ms": statistics.median(times[i]["forward_cpu"]),
+            "repeats": len(times[i]["forward"]),
+            "attn_flops": row["attn_flops"],
+            "total_flops": row["total_flops"],
+            "peak_mem_bytes": row["peak_mem_bytes"],
+            "attn_peak_mem_bytes": row["attn_peak_mem_bytes"],
+            "throughput_seq_per_s": batch / (forward_ms / 1e3),
+            "throughput_tokens_per_s": non_pad_tokens / (forward_ms / 1e3),
+        }
+        cells.append(cell)
+    stock_cell = cells[0]
+    for cell in cells:
+        for prefix, t_key, f_key in (("", "forward_ms", "total_flops"), ("attn_", "attn_ms", "attn_flops")):
+            cell[f"{prefix}ideal_speedup"] = _ratio(stock_cell[f_key], cell[f_key])
+            cell[f"{prefix}measured_speedup"] = _ratio(stock_cell[t_key], cell[t_key])
+            cell[f"{prefix}efficiency"] = _efficiency(
+                cell[t_key], stock_cell[t_key], cell[f_key], stock_cell[f_key]
+            )
+        for prefix, t_key, f_key in (("", "forward_cpu_ms", "total_flops"), ("attn_", "attn_cpu_ms", "attn_flops")):
+            cell[f"{prefix}cpu_speedup"] = _ratio(stock_cell[t_key], cell[t_key])
+            cell[f"{prefix}cpu_efficiency"] = _efficiency(
+                cell[t_key], stock_cell[t_key], cell[f_key], stock_cell[f_key]
+            )
+        cell["attn_latency_vs_stock"] = _ratio(cell["attn_ms"], stock_cell["attn_ms"])
+        cell["forward_latency_vs_stock"] = _ratio(cell["forward_ms"], stock_cell["forward_ms"])
+        cell["attn_cpu_vs_stock"] = _ratio(cell["attn_cpu_ms"], stock_cell["attn_cpu_ms"])
+        cell["forward_cpu_vs_stock"] = _ratio(cell["forward_cpu_ms"], stock_cell["forward_cpu_ms"])
+    return cells
+
+
+# ----------------------------------------------------------------------- output
+
+
+def _fmt(value, spec):
+    return "-" if value is None else format(value, spec)
+
+
+def markdown_table(cells: List[dict]) -> str:
+    header = (
+        "| size | batch | len | impl | heads | attn ms | fwd ms | attn GFLOP | total GFLOP "
+        "| peak MB fwd | peak MB attn | ideal x | measured x | eff | attn ideal x "
+        "| attn measured x | attn eff | attn cpu ms | fwd cpu ms | attn cpu x | fwd cpu eff | tok/s |"
+    )
+    lines = [header, "|" + "---|" * (header.count("|") - 1)]
+    for c in cells:
+        if c["impl"] == "fairseq_mha":
+            label = "fairseq MHA"
+        elif c["budget"] == "learned":
+            label = "budget learned"
+        else:
+            label = f"budget {c['head_ratio']:.2f}"
+        lines.append(
+            f"| {c['size']} | {c['batch']} | {c['seq_len']} | {label} | {c['heads_run']:.2f} "
+            f"| {c['attn_ms']:.2f} | {c['forward_ms']:.2f} | {c['attn_flops'] / 1e9:.3f} "
+            f"| {c['total_flops'] / 1e9:.3f} | {c['peak_mem_bytes'] / 2**20:.1f} "
+            f"| {c['attn_peak_mem_bytes'] / 2**20:.1f} | {_fmt(c['ideal_speedup'], '.2f')} "
+            f"| {_fmt(c['measured_speedup'], '.2f')} | {_fmt(c['efficiency'], '.2f')} "
+            f"| {_fmt(c['attn_ideal_speedup'], '.2f')} | {_fmt(c['attn_measured_speedup'], '.2f')} "
+            f"| {_fmt(c['attn_efficiency'], '.2f')} | {c['attn_cpu_ms']:.2f} | {c['forward_cpu_ms']:.2f} "
+            f"| {_fmt(c['attn_cpu_vs_stock'], '.2f')} | {_fmt(c['cpu_efficiency'], '.2f')} "
+            f"| {c['throughput_tokens_per_s']:.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_atomic(path: str, text: str):
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def machine_info(device: torch.device) -> dict:
+    info = {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "device": str(device),
+    }
+    with contextlib.suppress(OSError):
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                info["cpu_model"] = line.split(":", 1)[1].strip()
+                break
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="CI subset: small, batch 1 8, len 64, 3 repeats")
+    p.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=["small", "base"])
+    p.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8, 32])
+    p.add_argument("--seq-lens", nargs="+", type=int, default=[64, 128, 512])
+    p.add_argument("--head-ratios", nargs="+", type=float, default=[1.0, 0.75, 0.5, 0.25])
+    p.add_argument("--threads", type=int, default=os.cpu_count(), help="torch.set_num_threads")
+    p.add_argument("--repeats", type=int, default=7, help="timed runs per implementation (median)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed rounds after the FLOP/memory runs")
+    p.add_argument("--time-budget", type=float, default=120.0,
+                   help="seconds of timed rounds per cell; slow cells get fewer repeats (>= 3); 0: no cap")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--checkpoint", help="a BudgetFormer checkpoint: adds its learned budget (own size)")
+    p.add_argument("--json", default=str(REPO / "results" / "benchmark.json"))
+    p.add_argument("--markdown", default=str(REPO / "results" / "benchmark.md"))
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    if args.quick:
+        explicit = {a.split("=")[0] for a in (argv if argv is not None else sys.argv[1:]) if a.startswith("--")}
+        for key, value in QUICK.items():
+            if f"--{key.replace('_', '-')}" not in explicit:
+                setattr(args, key, value)
+    for ratio in args.head_ratios:
+        if not 0 < ratio <= 1:
+            p.error(f"--head-ratios must be in (0, 1], got {ratio}")
+    if max(args.seq_lens) > MAX_POSITIONS:
+        p.error(f"--seq-lens must be <= {MAX_POSITIONS}")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    report = {
+        "machine": machine_info(device),
+        "torch": torch.__version__,
+        "fairseq": __import__("fairseq").__version__,
+        "threads": torch.get_num_threads(),
+        "device": str(device),
+        "settings": {
+            "quick": args.quick, "repeats": args.repeats, "warmup": args.warmup,
+            "time_budget_s": args.time_budget, "padding": PADDING, "routing": RELEVANCE,
+            "timing": "median wall-clock ms (*_ms) and median CPU time of the process "
+                      "(*_cpu_ms, all threads); implementations interleaved within each repeat",
+            "attention_blocks": "every layer's attention standalone on the stock model's layer "
+                                "inputs, router included, summed over layers",
+        },
+        "cells": [],
+    }
+    plans = []
+    for size in args.sizes:
+        plans.append((size, SIZES[size], None))
+    if args.checkpoint:
+        plans.append(("checkpoint", None, args.checkpoint))
+    for size, dims, checkpoint in plans:
+        torch.manual_seed(args.seed)
+        if checkpoint:
+            budget, dims, vocab = load_checkpoint(checkpoint)
+            stock = build_stock(dims, vocab, like=budget.args)
+            copy_weights(budget.state_dict(), stock)
+        else:
+            vocab = VOCAB
+            stock = build_stock(dims, vocab)
+            budget = build_budgetformer(dims, vocab)
+            copy_weights(stock.state_dict(), budget)
+            randomise_relevance(budget, seed=args.seed)
+        stock.to(device).eval()
+        budget.to(device).eval()
+        for batch in args.batch_sizes:
+            for seq_len in args.seq_lens:
+                if seq_len > budget.args.max_positions:
+                    print(f"[benchmark] {size}: skipping len {seq_len} > max positions "
+                          f"{budget.args.max_positions}", file=sys.stderr)
+                    continue
+                t0 = time.perf_counter()
+                cells = measure_cell(size, dims, stock, budget, batch, seq_len, args.head_ratios,
+                                     checkpoint is not None, vocab, args, device)
+                report["cells"].extend(cells)
+                write_atomic(args.json, json.dumps(report, indent=1) + "\n")
+                write_atomic(args.markdown, markdown_table(report["cells"]))
+                print(f"[benchmark] {size} batch {batch} len {seq_len}: {time.perf_counter() - t0:.1f}s",
+                      file=sys.stderr, flush=True)
+        del stock, budget
+    print(markdown_table(report["cells"]))
+    return report
+
+
+if __name__ == "__main__":
+    main()
