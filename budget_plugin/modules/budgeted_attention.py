@@ -161,9 +161,10 @@ class BudgetedAttention(MultiheadAttention):
             return x[0]
         if key_padding_mask is None:
             return x.mean(dim=0)
-        keep = (~key_padding_mask.bool()).t().type_as(x)  # T x B
-        # a contraction, not (x * keep).sum(0): no T x B x C temporary
-        return torch.einsum("tbc,tb->bc", x, keep) / keep.sum(dim=0).clamp_min(1.0).unsqueeze(-1)
+        keep = (~key_padding_mask.bool()).type_as(x).unsqueeze(1)  # B x 1 x T
+        # one batched product on a view of x: no T x B x C temporary, unlike (x * keep).sum(0)
+        total = torch.bmm(keep, x.transpose(0, 1)).squeeze(1)  # B x C
+        return total / keep.sum(dim=-1).clamp_min(1.0)
 
     def rank_heads(self, logits: Tensor) -> Tensor:
         """Rank of every head (0 = most relevant), explored while training.
