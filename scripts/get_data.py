@@ -460,7 +460,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     cache_dir = args.cache_dir or args.out_dir / "cache"
-    try:
+
+    def body():
         for name in args.datasets:
             spec = DATASETS[name]
             raw = build_raw(spec, args.out_dir, cache_dir, args.seed)
@@ -471,16 +472,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 )
                 print(summary.format())
             sys.stdout.flush()
-    except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except (DownloadError, PreprocessError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted; no partial output was kept", file=sys.stderr)
-        return 130
-    return 0
+
+    return prepare_glue.run_cli(body, failures=(DownloadError, PreprocessError))
 
 
 if __name__ == "__main__":

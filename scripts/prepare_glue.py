@@ -740,9 +740,27 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def run_cli(body: Callable[[], None], failures: Tuple[type, ...] = (PreprocessError,)) -> int:
+    """Run a script's body; a user error (DataError) exits 2, a tool failure 1, Ctrl-C 130,
+    each with a one-line message and no traceback."""
+    try:
+        body()
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except failures as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted; no partial output was kept", file=sys.stderr)
+        return 130
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    try:
+
+    def body():
         if not args.glue_dir.is_dir():
             raise DataError(f"missing GLUE folder: {args.glue_dir}")
         tasks = args.tasks or [t for t in LAYOUTS if (args.glue_dir / t).is_dir()]
@@ -752,16 +770,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             summary = prepare_task(args.glue_dir / task, args.out_dir, layout=task, name=task,
                                    **prepare_options(args))
             print(summary.format(), flush=True)
-    except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except PreprocessError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted; no partial output was kept", file=sys.stderr)
-        return 130
-    return 0
+
+    return run_cli(body)
 
 
 if __name__ == "__main__":
