@@ -14,6 +14,8 @@ from fairseq.criterions.sentence_prediction import (
 )
 from fairseq.logging import metrics
 
+from ..config_checks import require
+
 
 @dataclass
 class BudgetSentencePredictionConfig(SentencePredictionCriterionConfig):
@@ -51,13 +53,9 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
     def __init__(self, cfg: BudgetSentencePredictionConfig, task):
         super().__init__(cfg, task)
         target = cfg.target_head_ratio or None  # 0 and None both mean: a linear cost
-        for option, ok, allowed, value in (
-            ("budget-weight", cfg.budget_weight >= 0, ">= 0", cfg.budget_weight),
-            ("exploration-weight", cfg.exploration_weight >= 0, ">= 0", cfg.exploration_weight),
-            ("target-head-ratio", target is None or 0 < target <= 1, "in (0, 1] (or 0 for none)", target),
-        ):
-            if not ok:
-                raise ValueError(f"--{option} must be {allowed}, got {value!r}")
+        require(cfg.budget_weight >= 0, "budget-weight", ">= 0", cfg.budget_weight)
+        require(cfg.exploration_weight >= 0, "exploration-weight", ">= 0", cfg.exploration_weight)
+        require(target is None or 0 < target <= 1, "target-head-ratio", "in (0, 1] (or 0 for none)", target)
         self.budget_weight = cfg.budget_weight
         self.target_head_ratio = target
         self.exploration_weight = cfg.exploration_weight

@@ -15,6 +15,7 @@ from fairseq.models.transformer import TransformerConfig, TransformerEncoder
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr, safe_hasattr
 
+from ..config_checks import require
 from ..modules import BudgetConfig, BudgetedAttention, BudgetedEncoderLayer, Exploration
 from .hub_interface import BudgetFormerHubInterface
 
@@ -30,11 +31,6 @@ def budget_config_from_args(args) -> BudgetConfig:
 
 def check_model_args(args):
     """Fail at build time, naming the option, rather than after the first batch."""
-
-    def require(ok: bool, option: str, allowed: str, value):
-        if not ok:
-            raise ValueError(f"--{option} must be {allowed}, got {value!r}")
-
     heads, dim = args.encoder_attention_heads, args.encoder_embed_dim
     require(dim % heads == 0, "encoder-embed-dim", f"divisible by --encoder-attention-heads ({heads})", dim)
     require(1 <= args.min_heads <= heads, "min-heads", f"in [1, {heads}] (--encoder-attention-heads)", args.min_heads)

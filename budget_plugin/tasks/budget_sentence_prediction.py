@@ -10,6 +10,7 @@ from fairseq.tasks.sentence_prediction import (
     SentencePredictionTask,
 )
 
+from ..config_checks import require
 from ..modules import Exploration
 
 SCHEDULE_CHOICES = ChoiceEnum(["linear", "cosine"])
@@ -54,11 +55,6 @@ class BudgetSentencePredictionTaskConfig(SentencePredictionConfig):
 
 def check_schedule(cfg: BudgetSentencePredictionTaskConfig):
     """Fail when the task is built, naming the option and its allowed range."""
-
-    def require(ok: bool, option: str, allowed: str, value):
-        if not ok:
-            raise ValueError(f"--{option} must be {allowed}, got {value!r}")
-
     require(cfg.exploration_updates >= 0, "exploration-updates", ">= 0", cfg.exploration_updates)
     require(cfg.exploration_noise >= 0, "exploration-noise", ">= 0", cfg.exploration_noise)
     require(0 <= cfg.exploration_uniform <= 1, "exploration-uniform", "in [0, 1]", cfg.exploration_uniform)
