@@ -17,6 +17,7 @@ from fairseq.utils import safe_getattr, safe_hasattr
 
 from ..config_checks import require
 from ..modules import BudgetConfig, BudgetedAttention, BudgetedEncoderLayer, Exploration
+from ..modules.budgeted_attention import parse_fixed_heads
 from .hub_interface import BudgetFormerHubInterface
 
 logger = logging.getLogger(__name__)
@@ -40,11 +41,27 @@ def check_model_args(args):
     if args.initial_budget is not None:
         require(args.min_heads <= args.initial_budget <= heads, "initial-budget",
                 f"in [--min-heads, {heads}]", args.initial_budget)
+    require(args.head_selection in ("learned", "static", "random"), "head-selection",
+            "one of learned, static, random", args.head_selection)
+    if args.head_selection == "learned":
+        require(args.fixed_heads is None, "fixed-heads",
+                "unset unless --head-selection is static or random", args.fixed_heads)
+    else:
+        parse_fixed_heads(args.fixed_heads, args.encoder_layers, heads, args.min_heads)
 
 
 class BudgetTransformerEncoder(TransformerEncoder):
     """fairseq's TransformerEncoder whose layers are budgeted and whose forward also
     returns every layer's budget statistics (``encoder_out["budget"]``)."""
+
+    def __init__(self, args, dictionary, embed_tokens):
+        super().__init__(args, dictionary, embed_tokens)
+        if args.head_selection != "learned":  # the baselines' fixed budget of each layer
+            per_layer = parse_fixed_heads(
+                args.fixed_heads, len(self.layers), args.encoder_attention_heads, args.min_heads
+            )
+            for layer, heads in zip(self.layers, per_layer):
+                layer.self_attn.fixed_heads = heads
 
     def build_encoder_layer(self, cfg):
         return BudgetedEncoderLayer(

@@ -33,6 +33,7 @@ from fairseq.modules import MultiheadAttention
 
 POOLING_CHOICES = ChoiceEnum(["mean", "first"])
 ATTENTION_PATH_CHOICES = ChoiceEnum(["fast", "reference"])
+HEAD_SELECTION_CHOICES = ChoiceEnum(["learned", "static", "random"])
 
 
 @dataclass
@@ -71,6 +72,38 @@ class BudgetConfig(FairseqDataclass):
             "'reference' computes every head and zeroes the unselected ones"
         },
     )
+    head_selection: HEAD_SELECTION_CHOICES = field(
+        default="learned",
+        metadata={
+            "help": "'learned': BudgetFormer's per-input budget and relevance. Baselines "
+            "with a fixed budget (--fixed-heads): 'static' learns one head subset per "
+            "layer shared by every input; 'random' draws each input's heads uniformly"
+        },
+    )
+    fixed_heads: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "heads per layer for --head-selection static/random: one number, or "
+            "one per layer separated by commas; 'random' meets a fractional number on "
+            "average (k drawn from its floor and ceiling), 'static' rounds it"
+        },
+    )
+
+
+def parse_fixed_heads(text: Optional[str], num_layers: int, num_heads: int, min_heads: int):
+    """'--fixed-heads 3.9' or '4,3.5,4,4' -> one float per layer, checked."""
+    try:
+        values = [float(v) for v in str(text).split(",")]
+    except ValueError:
+        values = []
+    if len(values) == 1:
+        values *= num_layers
+    if len(values) != num_layers or not all(min_heads <= v <= num_heads for v in values):
+        raise ValueError(
+            f"--fixed-heads must be one number or {num_layers} comma-separated numbers "
+            f"(one per layer), each in [--min-heads, {num_heads}], got {text!r}"
+        )
+    return values
 
 
 class Exploration(NamedTuple):
@@ -107,6 +140,12 @@ def merge_heads(t: Tensor) -> Tensor:
     return t.permute(2, 0, 1, 3).reshape(T, B, H * d)
 
 
+def ranks(scores: Tensor) -> Tensor:
+    """Rank of every entry along the last dimension, 0 = highest score."""
+    order = scores.argsort(dim=-1, descending=True, stable=True)
+    return order.argsort(dim=-1, stable=True)
+
+
 def keep_mask(key_padding_mask: Optional[Tensor]) -> Optional[Tensor]:
     """fairseq's padding mask (True = pad, B x T) as an SDPA mask (True = attend)."""
     if key_padding_mask is None:
@@ -134,11 +173,19 @@ class BudgetedAttention(MultiheadAttention):
         self.mask_temperature = budget.budget_mask_temperature
         self.initial_budget = budget.initial_budget
         self.fast_path = budget.attention_path == "fast"
+        self.head_selection = budget.head_selection
         self.relevance_proj = nn.Linear(embed_dim, num_heads)
         self.budget_proj = nn.Linear(embed_dim, 1)
+        if self.head_selection == "static":  # one relevance for every input
+            self.static_logits = nn.Parameter(torch.zeros(num_heads))
+        if self.head_selection == "random":
+            # seeds the draws at inference; a buffer, so that a checkpoint replays them
+            self.register_buffer("random_seed", torch.randint(1 << 62, ()))
+            self._generator: Optional[torch.Generator] = None
         self.reset_router_parameters()
         self.exploration = Exploration()
         self.forced_heads: Optional[int] = None  # benchmarks and tests fix k here
+        self.fixed_heads: float = float(num_heads)  # --fixed-heads of this layer, set by the encoder
 
     def reset_router_parameters(self):
         """Near-uniform relevance, and a budget that starts at ``initial_budget``.
@@ -149,6 +196,8 @@ class BudgetedAttention(MultiheadAttention):
         start = H - 0.25 if self.initial_budget is None else self.initial_budget
         fraction = min(max((start - m) / (H - m), 1e-3), 1 - 1e-3) if H > m else 0.5
         nn.init.normal_(self.relevance_proj.weight, std=0.02)
+        if self.head_selection == "static":
+            nn.init.normal_(self.static_logits, std=0.02)
         nn.init.zeros_(self.relevance_proj.bias)
         nn.init.zeros_(self.budget_proj.weight)
         nn.init.constant_(self.budget_proj.bias, math.log(fraction / (1 - fraction)))
@@ -180,20 +229,40 @@ class BudgetedAttention(MultiheadAttention):
             if uniform > 0:
                 at_random = torch.rand_like(scores[:, :1]) < uniform
                 scores = torch.where(at_random, gumbel, scores)
-        order = scores.argsort(dim=-1, descending=True, stable=True)
-        return order.argsort(dim=-1, stable=True)
+        return ranks(scores)
+
+    def uniform_draw(self, shape, device) -> Tensor:
+        """Uniform numbers for --head-selection random: the global (per-update seeded)
+        generator while training, the layer's own seeded one at inference."""
+        if self.training:
+            return torch.rand(shape, device=device)
+        if self._generator is None or self._generator.device != torch.device(device):
+            self._generator = torch.Generator(device=device).manual_seed(int(self.random_seed))
+        return torch.rand(shape, device=device, generator=self._generator)
 
     def route(self, x: Tensor, key_padding_mask: Optional[Tensor]) -> HeadRoute:
-        H, m = self.num_heads, self.min_heads
-        summary = self.summarize(x, key_padding_mask)
-        logits = self.relevance_proj(summary).float()
-        relevance = torch.softmax(logits / self.exploration.temperature, dim=-1)
-        budget = m + (H - m) * torch.sigmoid(self.budget_proj(summary).float().squeeze(-1))
-        if self.forced_heads is not None:
-            heads = torch.full_like(budget, self.forced_heads, dtype=torch.long)
-        else:
+        H, m, B = self.num_heads, self.min_heads, x.size(1)
+        if self.head_selection == "learned":
+            summary = self.summarize(x, key_padding_mask)
+            logits = self.relevance_proj(summary).float()
+            budget = m + (H - m) * torch.sigmoid(self.budget_proj(summary).float().squeeze(-1))
             heads = budget.detach().round().clamp(m, H).long()
-        rank = self.rank_heads(logits)
+        else:  # baselines: a fixed budget, no router
+            budget = x.new_full((B,), self.fixed_heads, dtype=torch.float)
+            if self.head_selection == "static":
+                logits = self.static_logits.float().expand(B, H)
+                heads = budget.round().long()
+            else:  # floor or ceiling, so that the mean is the fractional budget
+                logits = x.new_zeros((B, H), dtype=torch.float)
+                fraction = self.fixed_heads - math.floor(self.fixed_heads)
+                heads = math.floor(self.fixed_heads) + (self.uniform_draw(B, x.device) < fraction).long()
+        if self.forced_heads is not None:
+            heads = torch.full_like(heads, self.forced_heads)
+        relevance = torch.softmax(logits / self.exploration.temperature, dim=-1)
+        if self.head_selection == "random":
+            rank = ranks(self.uniform_draw((B, H), x.device))
+        else:
+            rank = self.rank_heads(logits)
         selected = rank < heads.unsqueeze(-1)
         soft_count = torch.sigmoid(
             (budget.unsqueeze(-1) - rank.to(budget.dtype) - 0.5) / self.mask_temperature
@@ -352,7 +421,7 @@ class BudgetedAttention(MultiheadAttention):
             out = self.attend_all_heads(x, key_padding_mask, route.gate)
         else:
             out = self.attend_selected_heads(x, key_padding_mask, route.selected)
-        used, full = self.flops(x.size(0), route.heads)
+        used, full = self.flops(x.size(0), route.heads, router=self.head_selection == "learned")
         stats = {
             "budget": route.budget,
             "heads": route.heads,
@@ -365,13 +434,13 @@ class BudgetedAttention(MultiheadAttention):
         }
         return out, stats
 
-    def flops(self, seq_len: int, heads: Tensor) -> "tuple[Tensor, Tensor]":
+    def flops(self, seq_len: int, heads: Tensor, router: bool = True) -> "tuple[Tensor, Tensor]":
         """Attention FLOPs of this batch (multiply-add = 2), router included, and the
         FLOPs all heads would cost. Per head and example: q/k/v/out projections
         8 T C d, scores and weighted values 4 T^2 d."""
         T, C, d, H = seq_len, self.embed_dim, self.head_dim, self.num_heads
         per_head = 8.0 * T * C * d + 4.0 * T * T * d
-        router = T * C + 2.0 * C * (H + 1)
+        router = (T * C + 2.0 * C * (H + 1)) if router else 0.0
         used = heads.sum().to(torch.float64) * per_head + heads.numel() * router
         full = torch.full_like(used, heads.numel() * H * per_head)
         return used, full

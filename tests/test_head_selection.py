@@ -1,0 +1,111 @@
+"""The fixed-budget baselines of the accuracy study: --head-selection static and random."""
+
+import pytest
+import torch
+
+from budget_plugin.modules import BudgetConfig, BudgetedAttention
+from budget_plugin.modules.budgeted_attention import parse_fixed_heads
+from conftest import build_model, random_tokens
+
+T, C, H = 10, 32, 8
+
+
+def make_attention(mode, fixed_heads):
+    attention = BudgetedAttention(C, H, BudgetConfig(head_selection=mode))
+    attention.fixed_heads = fixed_heads
+    return attention.eval()
+
+
+def inputs(batch, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(T, batch, C, generator=generator)
+    padding = torch.arange(T)[None, :] >= torch.randint(1, T + 1, (batch,), generator=generator)[:, None]
+    return x, padding
+
+
+def test_static_runs_one_head_subset_for_every_input():
+    attention = make_attention("static", 3.0)
+    with torch.no_grad():
+        attention.static_logits.copy_(torch.tensor([0.0, 5, 0, 4, 0, 3, 0, 0]))
+    route = attention.route(*inputs(64))
+    assert route.heads.eq(3).all()
+    assert route.selected.eq(route.selected[0]).all(), "every input runs the same heads"
+    assert route.selected[0].nonzero().flatten().tolist() == [1, 3, 5], "the top-3 static logits"
+
+
+def test_static_head_choice_is_learned_through_the_gate():
+    attention = make_attention("static", 2.0).train()
+    x, padding = inputs(4)
+    out, _ = attention.forward_budgeted(x, padding)
+    out.pow(2).sum().backward()
+    assert attention.static_logits.grad is not None and attention.static_logits.grad.abs().sum() > 0
+    # no router: its parameters take no part (the per-input budget and relevance are the method)
+    assert attention.relevance_proj.weight.grad is None and attention.budget_proj.weight.grad is None
+
+
+@pytest.mark.parametrize("fixed_heads", [1.0, 2.5, 3.9, 8.0])
+def test_random_meets_a_fractional_budget_on_average(fixed_heads):
+    attention = make_attention("random", fixed_heads)
+    route = attention.route(*inputs(4000))
+    assert set(route.heads.unique().tolist()) <= {int(fixed_heads), -int(-fixed_heads // 1)}
+    assert abs(route.heads.float().mean().item() - fixed_heads) < 0.05
+    assert torch.equal(route.selected.sum(1), route.heads)
+    # uniform over heads: each head is chosen by about k/H of the inputs
+    usage = route.selected.float().mean(0)
+    assert (usage - fixed_heads / H).abs().max().item() < 0.05
+
+
+def test_random_heads_vary_per_input_and_replay_from_a_checkpoint():
+    model = build_model(head_selection="random", fixed_heads="2").eval()
+    tokens = random_tokens()
+    with torch.no_grad():
+        first = [layer["selected"] for layer in model(tokens)[1]["budget"]]
+    assert len({tuple(s.tolist()) for s in first[0].int()}) > 1, "inputs draw different heads"
+    assert not torch.equal(first[0], first[1]), "layers draw independently"
+    # a fresh model with the same state dict (the seed is a buffer) draws the same heads
+    again = build_model(head_selection="random", fixed_heads="2").eval()
+    again.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        replay = [layer["selected"] for layer in again(tokens)[1]["budget"]]
+    assert all(torch.equal(a, b) for a, b in zip(first, replay))
+
+
+@pytest.mark.parametrize("mode,fixed_heads", [("static", 3.0), ("random", 2.5)])
+def test_fast_path_equals_reference_for_the_baselines(mode, fixed_heads):
+    attention = make_attention(mode, fixed_heads)
+    x, padding = inputs(16)
+    with torch.no_grad():
+        selected = attention.route(x, padding).selected
+        fast = attention.attend_selected_heads(x, padding, selected)
+        expected = attention.attend_all_heads(x, padding, selected.to(x.dtype))
+    assert (fast - expected).abs().max().item() <= 1e-5
+
+
+def test_fixed_heads_are_set_per_layer_and_reported():
+    model = build_model(head_selection="static", fixed_heads="1,3").eval()
+    with torch.no_grad():
+        layers = model(random_tokens())[1]["budget"]
+    assert [layer["heads"].unique().tolist() for layer in layers] == [[1], [3]]
+    assert [layer["budget"].unique().tolist() for layer in layers] == [[1.0], [3.0]]
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (dict(head_selection="static"), "--fixed-heads must be one number or 2"),
+        (dict(head_selection="random", fixed_heads="1,2,3"), "--fixed-heads must be one number or 2"),
+        (dict(head_selection="random", fixed_heads="0.5"), "each in [--min-heads, 4]"),
+        (dict(head_selection="static", fixed_heads="two"), "got 'two'"),
+        (dict(fixed_heads="2"), "--fixed-heads must be unset unless --head-selection"),
+        (dict(head_selection="pruned", fixed_heads="2"), "--head-selection must be one of"),
+    ],
+)
+def test_bad_baseline_settings_name_the_option(overrides, message):
+    with pytest.raises(ValueError) as error:
+        build_model(**overrides)
+    assert message in str(error.value)
+
+
+def test_parse_fixed_heads():
+    assert parse_fixed_heads("3.5", 3, 8, 1) == [3.5, 3.5, 3.5]
+    assert parse_fixed_heads("1,2.5,8", 3, 8, 1) == [1.0, 2.5, 8.0]
