@@ -290,12 +290,15 @@ class BudgetedAttention(MultiheadAttention):
         heads = heads * gate.to(heads.dtype)[:, :, None, None]
         return self.out_proj(merge_heads(heads))
 
-    # On CPU the fast path's cost is its GEMMs plus whatever feeds them; the choices
-    # below keep the feeding cheap: weights are only ever sliced (views), never gathered
-    # (a gathered copy of the selected rows is 4 k d C floats per group, page-faulted in
-    # fresh, and at batch 1 bigger than the layer's activations), and examples are
-    # gathered with ``index_select`` (advanced indexing is several times slower).
-    _CALL_COST = 1 << 14  # fixed cost of one small op, in floats moved (~10 us on CPU)
+    # The fast path. On CPU its cost is its GEMMs plus whatever feeds them, so the
+    # feeding is kept cheap: at batch 1 (or when every example runs the same heads)
+    # weights are only sliced, never copied; otherwise the batch is processed head by
+    # head on the examples that chose that head, and the output projection is one
+    # batched product per chunk of examples on their own gathered out_proj columns.
+    # Gathered out_proj columns per chunk: at most 4 MB (the allocator recycles small
+    # temporaries; big ones are page-faulted in anew), and no more than the context
+    # buffer, so that peak memory keeps falling with the budget on short inputs.
+    _CHUNK_FLOATS = 1 << 20
 
     @staticmethod
     def _head_runs(heads: Tensor) -> "list[tuple[int, int]]":
@@ -315,8 +318,9 @@ class BudgetedAttention(MultiheadAttention):
         heads: Tensor,
         out_bias: bool = True,
     ) -> Tensor:
-        """Attention of the given heads only (ascending indices): their rows of q/k/v,
-        their columns of out_proj. The cost is proportional to ``len(heads)``.
+        """Attention of the given heads (ascending indices) for every example of ``x``:
+        their rows of q/k/v, their columns of out_proj. The cost is proportional to
+        ``len(heads)``.
 
         Every run of consecutive heads is one product on views of the weights
         (``weight[rows]``, ``out_proj.weight[:, rows]``); the runs' outputs are
@@ -345,70 +349,99 @@ class BudgetedAttention(MultiheadAttention):
         assert out is not None, "attend_heads needs at least one head"
         return out.view(T, B, C)
 
+    def head_major_weights(self) -> "tuple[Tensor, Optional[Tensor], Tensor]":
+        """q/k/v rows of every head side by side (H x 3d x C, and H x 3d biases), and
+        out_proj's columns of every head (H x d x C), so that one head's or one
+        example's weights are a single gather. Cached until a weight changes (in-place
+        updates and ``load_state_dict`` bump the tensors' versions)."""
+        projections = (self.q_proj, self.k_proj, self.v_proj, self.out_proj)
+        key = tuple((p.weight.data_ptr(), p.weight._version) for p in projections)
+        key += tuple((p.bias.data_ptr(), p.bias._version) for p in projections if p.bias is not None)
+        cached = getattr(self, "_head_major", None)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        H, d, C = self.num_heads, self.head_dim, self.embed_dim
+        with torch.no_grad():  # an inference cache: never part of a graph
+            qkv = torch.cat([p.weight.view(H, d, C) for p in projections[:3]], dim=1)
+            bias = None
+            if self.q_proj.bias is not None:
+                bias = torch.cat([p.bias.view(H, d) for p in projections[:3]], dim=1)
+            out = self.out_proj.weight.view(C, H, d).permute(1, 2, 0).contiguous()
+        self._head_major = (key, (qkv, bias, out))
+        return qkv, bias, out
+
     def attend_selected_heads(
         self, x: Tensor, key_padding_mask: Optional[Tensor], selected: Tensor
     ) -> Tensor:
         """Fast inference path: only the selected heads of every example are computed.
 
-        Examples are grouped, never looped over, in whichever of two ways costs less
-        (both compute exactly the selected heads, nothing more):
-
-        * by head set: one product per distinct set on the set's examples (their inputs
-          gathered, their outputs scattered back: ~2 T C floats per example), a few
-          small ops per run of consecutive heads in the set; a set's examples are taken
-          at most ``ceil(B k / 2H)`` at a time, so that activations fall with ``k``;
-        * by head: one single-head product per active head over the examples that chose
-          it, added into the output (~3 k T C floats per example).
-
-        Sets win unless nearly every example has a set of its own and inputs are short."""
+        Head by head, the examples that chose head h are gathered and run through h's
+        q/k/v rows (one product) and attention; each result lands in its example's
+        next free slot of a B x T x k_max x d buffer. The output projection is then a
+        batched product of every example's slots with its own heads' out_proj columns
+        (gathered), in chunks of examples sorted by k, so that an example with fewer
+        heads than ``k_max`` pads its chunk (with exact zeros) only up to its
+        chunk's largest k. No example is looped over; every product is proportional to
+        the heads run. Returns T x B x C (a transposed view of a B x T x C buffer)."""
         if bool(selected.all()):  # full budget: exactly fairseq's own attention
             return super().forward(
                 x, x, x, key_padding_mask=key_padding_mask, need_weights=False
             )[0]
         T, B, C = x.shape
-        if B == 1:
+        H, d = self.num_heads, self.head_dim
+        if B == 1 or bool((selected == selected[:1]).all()):  # one head set: weight views
             return self.attend_heads(x, key_padding_mask, selected[0].nonzero().flatten())
-        head_sets, set_of_example, set_sizes = torch.unique(
-            selected, dim=0, return_inverse=True, return_counts=True
-        )
-        if len(head_sets) == 1:
-            return self.attend_heads(x, key_padding_mask, head_sets[0].nonzero().flatten())
 
-        def subset(examples: Tensor):
-            if examples.numel() == B:
-                return x, key_padding_mask
-            mask = None if key_padding_mask is None else key_padding_mask.index_select(0, examples)
-            return x.index_select(1, examples), mask
-
+        qkv_weight, qkv_bias, out_weight = self.head_major_weights()
+        mask = keep_mask(key_padding_mask)
+        heads_per_example = selected.sum(dim=1)
+        k_max = int(heads_per_example.max())
+        slot = selected.long().cumsum(dim=1) - 1  # B x H: slot of head h in example b
+        context = x.new_zeros(B, T, k_max, d)
         examples_per_head = selected.sum(dim=0)
-        active_heads = examples_per_head.nonzero().flatten()
-        head_set_list = [s.nonzero().flatten() for s in head_sets]
-        # a product takes at most half the examples an average head serves (B k / 2H):
-        # its activations, and so the peak memory, then shrink with the budget
-        chunks = [
-            -(-size // max(1, -(-B * len(heads) // (2 * self.num_heads))))
-            for heads, size in zip(head_set_list, set_sizes.tolist())
-        ]
-        runs = sum(n * len(self._head_runs(s)) for s, n in zip(head_set_list, chunks))
-        by_set = 2 * B * T * C + self._CALL_COST * (3 * sum(chunks) + 6 * runs)
-        by_head = 3 * int(examples_per_head.sum()) * T * C + self._CALL_COST * 9 * len(active_heads)
-        out = x.new_zeros(x.shape)
-        if by_set <= by_head:
-            order = set_of_example.argsort(stable=True)
-            for heads, examples, n in zip(head_set_list, order.split(set_sizes.tolist()), chunks):
-                for chunk in examples.tensor_split(n):
-                    out.index_add_(1, chunk, self.attend_heads(*subset(chunk), heads))
-            return out
-        pairs = selected.t().nonzero()  # (head, example), sorted by head
-        for h, examples in zip(active_heads, pairs[:, 1].split(examples_per_head[active_heads].tolist())):
-            y = self.attend_heads(*subset(examples), h.view(1), out_bias=False)
-            if examples.numel() == B:
-                out += y
-            else:
-                out.index_add_(1, examples, y)
-        if self.out_proj.bias is not None:
-            out += self.out_proj.bias
-        return out
+        active = examples_per_head.nonzero().flatten()
+        by_head = selected.t().nonzero()[:, 1].split(examples_per_head[active].tolist())
+        for h, examples in zip(active.tolist(), by_head):
+            one_head = self._one_head(x, mask, examples, qkv_weight[h], None if qkv_bias is None else qkv_bias[h])
+            context[examples, :, slot[examples, h]] = one_head
+
+        # each example's heads in ascending order, k_max of them (a padded slot names
+        # head 0: its context is zero, so it adds exactly nothing)
+        head_of_slot = torch.where(selected, torch.arange(H, device=x.device), H)
+        head_of_slot = head_of_slot.sort(dim=1).values[:, :k_max].clamp_max(H - 1)
+        order = heads_per_example.argsort(stable=True)
+        per_chunk = max(1, min(self._CHUNK_FLOATS, context.numel()) // (k_max * d * C))
+        out = x.new_empty(B, T, C)
+        for chunk in order.split(per_chunk):
+            k = int(heads_per_example[chunk[-1]])  # the chunk's largest
+            self._project_chunk(out, context, chunk, out_weight, head_of_slot[chunk, :k])
+        return out.transpose(0, 1)
+
+    def _one_head(self, x: Tensor, mask: Optional[Tensor], examples: Tensor, weight: Tensor,
+                  bias: Optional[Tensor]) -> Tensor:
+        """Head h (its 3d x C q/k/v rows) on the given examples: B_h x T x d.
+        (A method of its own, so that each head's temporaries are freed before the next.)"""
+        if examples.numel() < x.size(1):
+            x = x.index_select(1, examples)  # T x B_h x C
+            mask = None if mask is None else mask.index_select(0, examples)
+        qkv = F.linear(x, weight, bias).permute(1, 0, 2).unsqueeze(1)  # B_h x 1 x T x 3d
+        return F.scaled_dot_product_attention(*qkv.split(self.head_dim, dim=-1), attn_mask=mask).squeeze(1)
+
+    def _project_chunk(self, out: Tensor, context: Tensor, chunk: Tensor, out_weight: Tensor,
+                       heads: Tensor):
+        """out[chunk] = out_proj of the chunk's context slots, each example with its own
+        heads' columns (``heads``: n x k)."""
+        (n, k), (_, T, C), d = heads.shape, out.shape, self.head_dim
+        first = int(chunk[0])
+        contiguous = bool((chunk == torch.arange(first, first + n, device=chunk.device)).all())
+        weight = out_weight.index_select(0, heads.flatten()).view(n, k * d, C)
+        chunk_context = context[first:first + n] if contiguous else context.index_select(0, chunk)
+        chunk_context = chunk_context[:, :, :k].reshape(n, T, k * d)
+        bias = self.out_proj.bias if self.out_proj.bias is not None else out.new_zeros(C)
+        if contiguous and not torch.is_grad_enabled():  # autograd refuses out=
+            torch.baddbmm(bias, chunk_context, weight, out=out[first:first + n])
+        else:
+            out.index_copy_(0, chunk, torch.baddbmm(bias, chunk_context, weight))
 
     # ---------------------------------------------------------------- forward
 
