@@ -24,7 +24,7 @@ Measured per cell and implementation (eval mode, ``torch.no_grad``):
   the benchmark registers torch's own SDPA formula (``sdpa_flop_count``) for it;
 * latency (milliseconds, median of ``--repeats`` timed runs after warm-up; the
   implementations are interleaved within each repeat so that they share the machine's
-  noise) of the whole forward (``model(tokens, features_only=True)``) and of the
+  noise, and the one that goes first rotates from repeat to repeat) of the whole forward (``model(tokens, features_only=True)``) and of the
   attention blocks: every layer's attention module run standalone on the hidden states
   that enter that layer in the stock model (stock ``self_attn(x, x, x,
   key_padding_mask=m, need_weights=False)`` vs ``self_attn.forward_budgeted(x, m)``,
@@ -343,7 +343,10 @@ def measure_cell(size, dims, stock, budget, batch, seq_len, ratios, learned, voc
         started = time.perf_counter()
         rep = 0
         while rep < args.warmup + repeats:
-            for i, impl in enumerate(impls):
+            # rotate who goes first: the first implementation of a round pays for the
+            # memory the previous round's last one handed back (page faults anew)
+            for i in [(j + rep) % len(impls) for j in range(len(impls))]:
+                impl = impls[i]
                 impl.prepare()
                 for kind, fn in (("forward", impl.forward), ("attention", impl.attention)):
                     _sync(device)

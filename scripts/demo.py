@@ -50,15 +50,17 @@ def metrics_of(line):
     return {k: float(v) for k, v in re.findall(r"\| (\w+) (-?[\d.]+)", line)}
 
 
-def train_args(args, data, save_dir):
+def train_args(args, data, save_dir, num_classes=2):
+    """fairseq-train's command line shared by every system (``args``: lr, max_update, seed)."""
     return [
         BIN / "fairseq-train", data, "--user-dir", PLUGIN, "--save-dir", save_dir,
-        "--num-classes", "2", "--init-token", "0", "--separator-token", "2",
+        "--num-classes", str(num_classes), "--init-token", "0", "--separator-token", "2",
         "--max-positions", "128", "--shorten-method", "truncate",
         "--batch-size", "32", "--required-batch-size-multiple", "1",
         "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-6",
         "--weight-decay", "0.01", "--clip-norm", "1.0",
-        "--lr", str(args.lr), "--lr-scheduler", "polynomial_decay", "--warmup-updates", "100",
+        "--lr", str(args.lr), "--lr-scheduler", "polynomial_decay",
+        "--warmup-updates", str(max(1, args.max_update // 10)),
         "--total-num-update", str(args.max_update), "--max-update", str(args.max_update),
         "--dropout", "0.1", "--attention-dropout", "0.1",
         "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric",

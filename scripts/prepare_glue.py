@@ -493,9 +493,9 @@ def fairseq_preprocess(work: Path, job: BinarizeJob, workers: int) -> None:
         by_kind[s.name.rstrip("0123456789")].append(f"{s.name}.{job.prefix}")
     cmd = _preprocess_command() + [
         "--only-source",
-        "--srcdict", str(job.srcdict),
+        "--srcdict", str(job.srcdict.resolve()),  # absolute: it runs in work/
         "--trainpref", by_kind["train"][0],
-        "--destdir", str(job.dest),
+        "--destdir", str(job.dest.resolve()),
         "--workers", str(workers),
     ]
     if by_kind["valid"]:

@@ -308,6 +308,18 @@ def test_too_long_counts_match_fairseq_sentence_prediction(prepared, task, num_c
     assert sum(s.too_long for s in prepared.summaries["RTE"].splits) > 0  # the check is not vacuous
 
 
+def test_relative_paths_work_from_any_directory(tmp_path, monkeypatch):
+    """fairseq-preprocess runs inside a work folder: relative --out-dir / --glue-dir must
+    still name the caller's folders (it once looked for dict.txt relative to work/)."""
+    make_sst2(tmp_path / "glue", random.Random(3))
+    monkeypatch.chdir(tmp_path)
+    with contextlib.redirect_stdout(io.StringIO()):
+        rc = prepare_glue.main(["--glue-dir", "glue", "--out-dir", "out", "--tasks", "SST-2", "--vocab-size", "200"])
+    assert rc == 0
+    for name in ("input0", "label"):
+        assert (tmp_path / "out" / "SST-2-bin" / name / "train.bin").stat().st_size > 0
+
+
 def test_cola_has_no_header_in_train_and_dev(tmp_path):
     rows = [["gj04", "1", "", "The cat sat ."], ["gj04", "0", "*", "Cat the sat ."]]
     write_tsv(tmp_path / "CoLA" / "train.tsv", None, rows)
