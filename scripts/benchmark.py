@@ -24,7 +24,8 @@ Measured per cell and implementation (eval mode, ``torch.no_grad``):
   the benchmark registers torch's own SDPA formula (``sdpa_flop_count``) for it;
 * latency (milliseconds, median of ``--repeats`` timed runs after warm-up; the
   implementations are interleaved within each repeat so that they share the machine's
-  noise, and the one that goes first rotates from repeat to repeat) of the whole forward (``model(tokens, features_only=True)``) and of the
+  noise, and the one that goes first rotates from repeat to repeat) of the whole
+  forward (``model(tokens, features_only=True)``) and of the
   attention blocks: every layer's attention module run standalone on the hidden states
   that enter that layer in the stock model (stock ``self_attn(x, x, x,
   key_padding_mask=m, need_weights=False)`` vs ``self_attn.forward_budgeted(x, m)``,
