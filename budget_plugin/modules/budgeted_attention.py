@@ -202,6 +202,13 @@ class BudgetedAttention(MultiheadAttention):
         nn.init.zeros_(self.budget_proj.weight)
         nn.init.constant_(self.budget_proj.bias, math.log(fraction / (1 - fraction)))
 
+    def train(self, mode: bool = True):
+        # fairseq's optimizers update ``p.data`` in place, which bumps no version
+        # counter, so the head-major cache cannot see them; every update happens in
+        # training mode, so a mode switch is the moment to forget it
+        self._head_major = None
+        return super().train(mode)
+
     # ------------------------------------------------------------------ routing
 
     def summarize(self, x: Tensor, key_padding_mask: Optional[Tensor]) -> Tensor:
@@ -316,7 +323,6 @@ class BudgetedAttention(MultiheadAttention):
         x: Tensor,
         key_padding_mask: Optional[Tensor],
         heads: Tensor,
-        out_bias: bool = True,
     ) -> Tensor:
         """Attention of the given heads (ascending indices) for every example of ``x``:
         their rows of q/k/v, their columns of out_proj. The cost is proportional to
@@ -342,7 +348,7 @@ class BudgetedAttention(MultiheadAttention):
                 out = torch.addmm(out, heads_out, weight)
             elif out is not None:  # in place; out= rather than addmm_: FlopCounterMode counts addmm only
                 torch.addmm(out, heads_out, weight, out=out)
-            elif out_bias and self.out_proj.bias is not None:
+            elif self.out_proj.bias is not None:
                 out = torch.addmm(self.out_proj.bias, heads_out, weight)
             else:
                 out = torch.mm(heads_out, weight)
@@ -352,8 +358,9 @@ class BudgetedAttention(MultiheadAttention):
     def head_major_weights(self) -> "tuple[Tensor, Optional[Tensor], Tensor]":
         """q/k/v rows of every head side by side (H x 3d x C, and H x 3d biases), and
         out_proj's columns of every head (H x d x C), so that one head's or one
-        example's weights are a single gather. Cached until a weight changes (in-place
-        updates and ``load_state_dict`` bump the tensors' versions)."""
+        example's weights are a single gather. Cached until a weight changes: in-place
+        updates and ``load_state_dict`` bump the tensors' versions, and ``train()``
+        drops the cache for the writes that do not (fairseq's optimizers)."""
         projections = (self.q_proj, self.k_proj, self.v_proj, self.out_proj)
         key = tuple((p.weight.data_ptr(), p.weight._version) for p in projections)
         key += tuple((p.bias.data_ptr(), p.bias._version) for p in projections if p.bias is not None)
