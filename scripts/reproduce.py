@@ -25,7 +25,7 @@ Writes ``results/reproduce.{json,md}`` and ``results/reproduce_accuracy_vs_flops
 the markdown ends with a paragraph generated from the numbers. Resumable: a run whose
 ``result.json`` exists (same updates, learning rate and fixed budget) is not trained again.
 
-    python scripts/reproduce.py                  # MR and TREC, 3 seeds, ~85 min on 2 cores
+    python scripts/reproduce.py                  # MR and TREC, 3 seeds, ~80 min on 2 cores
     python scripts/reproduce.py --quick --data-dir D --datasets TOY   # minutes, tiny sizes
 """
 
