@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Side-by-side inference benchmark: stock fairseq RoBERTa vs BudgetFormer.
+"""Side-by-side benchmark: stock fairseq RoBERTa vs BudgetFormer (inference, and a training step).
 
 For every size, batch size and sequence length ("cell") it runs, in one process, on
 the same inputs and with identical weights:
@@ -33,7 +33,10 @@ Measured per cell and implementation (eval mode, ``torch.no_grad``):
 * peak memory (bytes allocated above what was held before the call): on CPU from
   ``torch.profiler`` memory events (``profile_memory=True``), on CUDA from
   ``torch.cuda.max_memory_allocated``;
-* throughput (sequences and non-padding tokens per second of the whole forward).
+* throughput (sequences and non-padding tokens per second of the whole forward);
+* training (``--train-repeats``, listed apart under ``training``): milliseconds per
+  training step (forward + backward, train mode) of the stock model and of BudgetFormer,
+  which trains on its all-heads path with its learned budget.
 
 Derived: ideal speed-up (stock FLOPs / budgeted FLOPs), measured speed-up (stock latency
 / budgeted latency), efficiency ``(1 - t_budget / t_stock) / (1 - flops_budget /
@@ -90,7 +93,7 @@ RELEVANCE = (
     "by the router; relevance weights redrawn N(0, 1) (seeded) so examples pick different "
     "heads (a checkpoint keeps its trained router)"
 )
-QUICK = dict(sizes=["small"], batch_sizes=[1, 8], seq_lens=[64], repeats=3)
+QUICK = dict(sizes=["small"], batch_sizes=[1, 8], seq_lens=[64], repeats=3, train_repeats=2)
 
 
 # ----------------------------------------------------------------------- models
@@ -415,6 +418,45 @@ def measure_cell(size, dims, stock, budget, batch, seq_len, ratios, learned, voc
     return cells
 
 
+def measure_training(size, stock, budget, batch, seq_len, vocab, args, device) -> List[dict]:
+    """Milliseconds per training step (forward + backward of a stand-in loss, train mode,
+    dropout on; median of ``--train-repeats`` after one warm-up, the two models alternating
+    and rotating). BudgetFormer trains on its reference path, which computes every head
+    (the recipe says why), with its learned budget: the router and the gates are its cost."""
+    tokens = make_inputs(batch, seq_len, vocab, seed=1000 * batch + seq_len, device=device)
+    models = [("fairseq_mha", stock), ("budgetformer", budget)]
+    times: Dict[str, List[float]] = {name: [] for name, _ in models}
+    budget.force_heads(None)
+    torch.manual_seed(args.seed)
+    try:
+        for _, model in models:
+            model.train()
+        for rep in range(1 + args.train_repeats):
+            for j in [(i + rep) % len(models) for i in range(len(models))]:
+                name, model = models[j]
+                model.zero_grad(set_to_none=True)
+                _sync(device)
+                t0 = time.perf_counter()
+                features, _ = model(tokens, features_only=True)
+                features.float().square().mean().backward()
+                _sync(device)
+                if rep > 0:
+                    times[name].append((time.perf_counter() - t0) * 1e3)
+    finally:
+        for _, model in models:
+            model.zero_grad(set_to_none=True)
+            model.eval()
+    non_pad_tokens = int((tokens != 1).sum())
+    stock_ms = statistics.median(times["fairseq_mha"])
+    rows = []
+    for name, _ in models:
+        ms = statistics.median(times[name])
+        rows.append({"impl": name, "size": size, "batch": batch, "seq_len": seq_len, "train_step_ms": ms,
+                     "train_tokens_per_s": non_pad_tokens / (ms / 1e3), "train_vs_stock": ms / stock_ms,
+                     "repeats": len(times[name])})
+    return rows
+
+
 # ----------------------------------------------------------------------- output
 
 
@@ -448,6 +490,22 @@ def markdown_table(cells: List[dict]) -> str:
             f"| {c['throughput_tokens_per_s']:.0f} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def training_table(rows: List[dict]) -> str:
+    lines = ["| size | batch | len | impl | train step ms | tok/s | time vs stock |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        label = "fairseq MHA" if r["impl"] == "fairseq_mha" else "BudgetFormer (all heads, learned budget)"
+        lines.append(f"| {r['size']} | {r['batch']} | {r['seq_len']} | {label} | {r['train_step_ms']:.1f} "
+                     f"| {r['train_tokens_per_s']:.0f} | {r['train_vs_stock']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def report_markdown(report: dict) -> str:
+    text = markdown_table(report["cells"])
+    if report["training"]:
+        text += "\nTraining step (forward + backward, train mode):\n\n" + training_table(report["training"])
+    return text
 
 
 def write_atomic(path: str, text: str):
@@ -494,6 +552,8 @@ def parse_args(argv=None):
     p.add_argument("--time-budget", type=float, default=120.0,
                    help="seconds of timed rounds per cell; slow cells get fewer repeats (>= 3); 0: no cap")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--train-repeats", type=int, default=3,
+                   help="timed training steps per model and cell (median); 0: no training measurement")
     p.add_argument("--checkpoint", help="a BudgetFormer checkpoint: adds its learned budget (own size)")
     p.add_argument("--json", default=str(REPO / "results" / "benchmark.json"))
     p.add_argument("--markdown", default=str(REPO / "results" / "benchmark.md"))
@@ -507,6 +567,8 @@ def parse_args(argv=None):
     for ratio in args.head_ratios:
         if not 0 < ratio <= 1:
             p.error(f"--head-ratios must be in (0, 1], got {ratio}")
+    if args.train_repeats < 0:
+        p.error(f"--train-repeats must be >= 0, got {args.train_repeats}")
     if max(args.seq_lens) > MAX_POSITIONS:
         p.error(f"--seq-lens must be <= {MAX_POSITIONS}")
     return args
@@ -531,6 +593,7 @@ def main(argv=None):
                                 "inputs, router included, summed over layers",
         },
         "cells": [],
+        "training": [],
     }
     plans = []
     for size in args.sizes:
@@ -561,12 +624,15 @@ def main(argv=None):
                 cells = measure_cell(size, dims, stock, budget, batch, seq_len, args.head_ratios,
                                      checkpoint is not None, vocab, args, device)
                 report["cells"].extend(cells)
+                if args.train_repeats > 0:
+                    report["training"].extend(
+                        measure_training(size, stock, budget, batch, seq_len, vocab, args, device))
                 write_atomic(args.json, json.dumps(report, indent=1) + "\n")
-                write_atomic(args.markdown, markdown_table(report["cells"]))
+                write_atomic(args.markdown, report_markdown(report))
                 print(f"[benchmark] {size} batch {batch} len {seq_len}: {time.perf_counter() - t0:.1f}s",
                       file=sys.stderr, flush=True)
         del stock, budget
-    print(markdown_table(report["cells"]))
+    print(report_markdown(report))
     return report
 
 

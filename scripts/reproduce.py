@@ -79,12 +79,12 @@ class Run:
         return root / self.dataset / self.system / f"seed{self.seed}"
 
 
-def system_args(system: str, updates: int, quick: bool, fixed_heads=None):
+def system_args(system: str, updates: int, quick: bool, fixed_heads=None, exploration_share=EXPLORATION_SHARE):
     budget_arch = "budgetformer_tiny" if quick else "budgetformer_small"
     if system == "full":
         return ["--arch", "roberta", *(TINY if quick else SMALL),
                 "--task", "sentence_prediction", "--criterion", "sentence_prediction"]
-    exploration = 0 if system == "no_explore" else int(EXPLORATION_SHARE * updates)
+    exploration = 0 if system == "no_explore" else int(exploration_share * updates)
     args = ["--arch", budget_arch, "--task", "budget_sentence_prediction",
             "--criterion", "budget_sentence_prediction", "--exploration-updates", str(exploration)]
     if system in ("static", "random"):

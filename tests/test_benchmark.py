@@ -126,7 +126,17 @@ def test_quick_benchmark_writes_its_schema(tmp_path):
             assert cell["ideal_speedup"] == 1.0 and cell["measured_speedup"] == 1.0
         elif cell["head_ratio"] == 1.0:
             assert cell["efficiency"] is None  # no ideal saving to capture
+    # training: one step of each model per cell (every size, the checkpoint's included)
+    training = report["training"]
+    cell_keys = {(c["size"], c["batch"], c["seq_len"]) for c in cells}
+    assert {(r["size"], r["batch"], r["seq_len"], r["impl"]) for r in training} == {
+        key + (impl,) for key in cell_keys for impl in ("fairseq_mha", "budgetformer")}
+    for row in training:
+        assert row["train_step_ms"] > 0 and row["train_tokens_per_s"] > 0 and row["repeats"] == 2
+        assert row["train_vs_stock"] == 1.0 if row["impl"] == "fairseq_mha" else row["train_vs_stock"] > 0
     table = out_md.read_text()
-    assert table.startswith("| size | batch | len | impl") and table.count("\n") == len(cells) + 2
+    inference, _, train_table = table.partition("\nTraining step")
+    assert inference.startswith("| size | batch | len | impl") and inference.count("\n") == len(cells) + 2
+    assert train_table.count("\n| ") == len(training) + 1
     assert "fairseq MHA" in proc.stdout
     assert not list(out_json.parent.glob(".*.tmp")), "temporary files are renamed away"

@@ -108,3 +108,35 @@ def test_bad_updates_option_names_it(tmp_path):
     cmd = [sys.executable, REPO / "scripts" / "reproduce.py", "--updates", "MR=abc", "--data-dir", tmp_path]
     output = subprocess.run(list(map(str, cmd)), capture_output=True, text=True)
     assert output.returncode != 0 and "--updates" in output.stderr
+
+
+def test_sweep_chooses_on_dev_reuses_the_study_and_scores_test_once(study):
+    """scripts/sweep.py on the same tiny data: the study's BudgetFormer runs are reused
+    (not retrained), a new variant is trained, the variant with the best mean dev accuracy
+    is the one scored on test, on every example."""
+    root, _, report, _ = study
+    cmd = [sys.executable, REPO / "scripts" / "sweep.py", "--quick", "--datasets", "TOY",
+           "--variants", "default", "temperature_start_1", "--seeds", "1", "2", "--test-seeds", "1", "2",
+           "--data-dir", root / "data", "--out-dir", root / "sweep_results", "--save-dir", root / "sweep",
+           "--study-dir", root / "runs"]
+    output = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=600)
+    assert output.returncode == 0, output.stdout[-3000:] + output.stderr[-3000:]
+    sweep = json.loads((root / "sweep_results" / "sweep.json").read_text())
+    study_runs = {(r["system"], r["seed"]): r for r in report["runs"]}
+    runs = {(r["variant"], r["seed"]): r for r in sweep["runs"]}
+    for seed in (1, 2):
+        assert runs["default", seed]["reused_from_study"]
+        assert runs["default", seed]["dev_accuracy"] == study_runs["budget", seed]["dev_accuracy"]
+        assert not runs["temperature_start_1", seed]["reused_from_study"]
+        assert (root / "sweep" / "TOY" / "temperature_start_1" / f"seed{seed}" / "checkpoint_best.pt").exists()
+        assert 0 < runs["temperature_start_1", seed]["dev_head_ratio"] <= 1
+    summary = sweep["summary"]["TOY"]
+    means = {name: row["dev"][0] for name, row in summary["variants"].items()}
+    assert summary["chosen_on_dev"] == max(means, key=means.get)
+    tested = sweep["tested"]["TOY"]
+    assert [r["variant"] for r in tested] == [summary["chosen_on_dev"]] * 2
+    assert all(r["test_examples"] == 60 for r in tested)
+    if summary["chosen_on_dev"] == "default":  # reused: the study's own test score
+        assert [r["test_accuracy"] for r in tested] == [study_runs["budget", s]["test_accuracy"] for s in (1, 2)]
+    assert summary["full_attention"]["seeds"] == [1, 2]
+    assert "### TOY" in (root / "sweep_results" / "sweep.md").read_text()
