@@ -36,7 +36,11 @@ Measured per cell and implementation (eval mode, ``torch.no_grad``):
 * throughput (sequences and non-padding tokens per second of the whole forward);
 * training (``--train-repeats``, listed apart under ``training``): milliseconds per
   training step (forward + backward, train mode) of the stock model and of BudgetFormer,
-  which trains on its all-heads path with its learned budget.
+  which trains on its all-heads path with its learned budget;
+* with ``--profile N``: a ``torch.profiler`` table (the N operators with the most self
+  CPU time) of one run of each implementation's attention blocks, kept in the cell as
+  ``attn_profile`` and appended to the markdown: where the time goes when a target is
+  missed.
 
 Derived: ideal speed-up (stock FLOPs / budgeted FLOPs), measured speed-up (stock latency
 / budgeted latency), efficiency ``(1 - t_budget / t_stock) / (1 - flops_budget /
@@ -317,6 +321,13 @@ def build_impls(stock, budget, tokens, ratios, learned: bool) -> List[Impl]:
     return impls
 
 
+def rotation(n: int, round_: int) -> List[int]:
+    """The order of ``n`` implementations in one timed round. Who goes first rotates from
+    round to round: the first pays for the memory the previous round's last one handed
+    back (page faults anew)."""
+    return [(i + round_) % n for i in range(n)]
+
+
 def _ratio(a, b):
     return None if a is None or b is None or b == 0 else a / b
 
@@ -347,9 +358,7 @@ def measure_cell(size, dims, stock, budget, batch, seq_len, ratios, learned, voc
         started = time.perf_counter()
         rep = 0
         while rep < args.warmup + repeats:
-            # rotate who goes first: the first implementation of a round pays for the
-            # memory the previous round's last one handed back (page faults anew)
-            for i in [(j + rep) % len(impls) for j in range(len(impls))]:
+            for i in rotation(len(impls), rep):
                 impl = impls[i]
                 impl.prepare()
                 for kind, fn in (("forward", impl.forward), ("attention", impl.attention)):
@@ -365,6 +374,7 @@ def measure_cell(size, dims, stock, budget, batch, seq_len, ratios, learned, voc
                 per_round = (time.perf_counter() - started) / rep
                 fit = int(args.time_budget / max(per_round, 1e-9))
                 repeats = max(min(3, args.repeats), min(args.repeats, fit))
+        profiles = [profile_table(impl, args.profile, device) if args.profile else None for impl in impls]
     cells = []
     non_pad_tokens = int((tokens != 1).sum())
     for i, (impl, row) in enumerate(zip(impls, rows)):
@@ -397,6 +407,8 @@ def measure_cell(size, dims, stock, budget, batch, seq_len, ratios, learned, voc
             "throughput_seq_per_s": batch / (forward_ms / 1e3),
             "throughput_tokens_per_s": non_pad_tokens / (forward_ms / 1e3),
         }
+        if profiles[i] is not None:
+            cell["attn_profile"] = profiles[i]
         cells.append(cell)
     stock_cell = cells[0]
     for cell in cells:
@@ -418,6 +430,19 @@ def measure_cell(size, dims, stock, budget, batch, seq_len, ratios, learned, voc
     return cells
 
 
+def profile_table(impl: Impl, rows: int, device: torch.device) -> str:
+    """The operators of one run of ``impl``'s attention blocks, most self CPU time first."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    impl.prepare()
+    impl.attention()  # warm
+    with torch.profiler.profile(activities=activities) as prof:
+        impl.attention()
+        _sync(device)
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
+
+
 def measure_training(size, stock, budget, batch, seq_len, vocab, args, device) -> List[dict]:
     """Milliseconds per training step (forward + backward of a stand-in loss, train mode,
     dropout on; median of ``--train-repeats`` after one warm-up, the two models alternating
@@ -432,7 +457,7 @@ def measure_training(size, stock, budget, batch, seq_len, vocab, args, device) -
         for _, model in models:
             model.train()
         for rep in range(1 + args.train_repeats):
-            for j in [(i + rep) % len(models) for i in range(len(models))]:
+            for j in rotation(len(models), rep):
                 name, model = models[j]
                 model.zero_grad(set_to_none=True)
                 _sync(device)
@@ -472,14 +497,8 @@ def markdown_table(cells: List[dict]) -> str:
     )
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for c in cells:
-        if c["impl"] == "fairseq_mha":
-            label = "fairseq MHA"
-        elif c["budget"] == "learned":
-            label = "budget learned"
-        else:
-            label = f"budget {c['head_ratio']:.2f}"
         lines.append(
-            f"| {c['size']} | {c['batch']} | {c['seq_len']} | {label} | {c['heads_run']:.2f} "
+            f"| {c['size']} | {c['batch']} | {c['seq_len']} | {_label(c)} | {c['heads_run']:.2f} "
             f"| {c['attn_ms']:.2f} | {c['forward_ms']:.2f} | {c['attn_flops'] / 1e9:.3f} "
             f"| {c['total_flops'] / 1e9:.3f} | {c['peak_mem_bytes'] / 2**20:.1f} "
             f"| {c['attn_peak_mem_bytes'] / 2**20:.1f} | {_fmt(c['ideal_speedup'], '.2f')} "
@@ -501,10 +520,20 @@ def training_table(rows: List[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _label(cell: dict) -> str:
+    if cell["impl"] == "fairseq_mha":
+        return "fairseq MHA"
+    return "budget learned" if cell["budget"] == "learned" else f"budget {cell['head_ratio']:.2f}"
+
+
 def report_markdown(report: dict) -> str:
     text = markdown_table(report["cells"])
     if report["training"]:
         text += "\nTraining step (forward + backward, train mode):\n\n" + training_table(report["training"])
+    for c in report["cells"]:
+        if "attn_profile" in c:
+            text += (f"\nProfile of the attention blocks, {c['size']} batch {c['batch']} len {c['seq_len']}, "
+                     f"{_label(c)}:\n\n```\n{c['attn_profile'].rstrip()}\n```\n")
     return text
 
 
@@ -554,6 +583,8 @@ def parse_args(argv=None):
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--train-repeats", type=int, default=3,
                    help="timed training steps per model and cell (median); 0: no training measurement")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="per cell and implementation, a torch.profiler table of the attention blocks (top N operators)")
     p.add_argument("--checkpoint", help="a BudgetFormer checkpoint: adds its learned budget (own size)")
     p.add_argument("--json", default=str(REPO / "results" / "benchmark.json"))
     p.add_argument("--markdown", default=str(REPO / "results" / "benchmark.md"))
@@ -567,6 +598,8 @@ def parse_args(argv=None):
     for ratio in args.head_ratios:
         if not 0 < ratio <= 1:
             p.error(f"--head-ratios must be in (0, 1], got {ratio}")
+    if args.profile < 0:
+        p.error(f"--profile must be >= 0, got {args.profile}")
     if args.train_repeats < 0:
         p.error(f"--train-repeats must be >= 0, got {args.train_repeats}")
     if max(args.seq_lens) > MAX_POSITIONS:

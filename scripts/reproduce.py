@@ -45,7 +45,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark import _flop_counter, machine_info  # noqa: E402
+from benchmark import _flop_counter, machine_info, rotation  # noqa: E402
 from demo import BIN, PLUGIN, REPO, SMALL, metrics_of, train_args, write_atomic  # noqa: E402
 
 import budget_plugin  # noqa: E402,F401  (registers the plugin, allow-lists checkpoint types)
@@ -220,7 +220,7 @@ def latencies(models, batches, repeats: int) -> list:
     one warm-up round, the models interleaved (and rotated) within each round."""
     times = [[] for _ in models]
     for round_ in range(repeats + 1):
-        for i in [(j + round_) % len(models) for j in range(len(models))]:
+        for i in rotation(len(models), round_):
             start = time.perf_counter()
             for tokens, _ in batches:
                 classify(models[i], tokens)

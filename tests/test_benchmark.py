@@ -101,7 +101,7 @@ def test_quick_benchmark_writes_its_schema(tmp_path):
     out_json, out_md = tmp_path / "out" / "bench.json", tmp_path / "out" / "bench.md"
     proc = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "benchmark.py"), "--quick", "--threads", "1",
-         "--repeats", "2", "--checkpoint", str(checkpoint), "--json", str(out_json), "--markdown", str(out_md)],
+         "--repeats", "2", "--profile", "4", "--checkpoint", str(checkpoint), "--json", str(out_json), "--markdown", str(out_md)],
         capture_output=True, text=True, timeout=300, cwd=REPO,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -134,7 +134,11 @@ def test_quick_benchmark_writes_its_schema(tmp_path):
     for row in training:
         assert row["train_step_ms"] > 0 and row["train_tokens_per_s"] > 0 and row["repeats"] == 2
         assert row["train_vs_stock"] == 1.0 if row["impl"] == "fairseq_mha" else row["train_vs_stock"] > 0
-    table = out_md.read_text()
+    # --profile: every implementation's attention blocks profiled, operators by self CPU time
+    for cell in cells:
+        assert "Self CPU" in cell["attn_profile"] and "aten::" in cell["attn_profile"], cell["attn_profile"]
+    table, _, profiles = out_md.read_text().partition("\nProfile of the attention blocks")
+    assert profiles.count("```") == 2 * len(cells) and "fairseq MHA" in profiles
     inference, _, train_table = table.partition("\nTraining step")
     assert inference.startswith("| size | batch | len | impl") and inference.count("\n") == len(cells) + 2
     assert train_table.count("\n| ") == len(training) + 1
