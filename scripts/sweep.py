@@ -11,7 +11,9 @@ study's full attention and BudgetFormer. The test split plays no part in the cho
 
 Writes ``results/sweep.{json,md}``; resumable (a run whose ``sweep.json`` exists is kept).
 
-    python scripts/sweep.py                  # MR and TREC, 8 variants x 2 seeds (~60 min on 2 cores)
+    python scripts/sweep.py                  # MR and TREC, 8 variants x 2 seeds (~80 min on 2 cores)
+    python scripts/sweep.py --variants default no_explore explore_20 temperature_start_1 \
+        budget_weight_0.3 pooling_first      # the committed run: 6 variants, 60 min
     python scripts/sweep.py --quick --data-dir D --datasets TOY --variants default temperature_start_1
 """
 
