@@ -101,7 +101,8 @@ def test_quick_benchmark_writes_its_schema(tmp_path):
     out_json, out_md = tmp_path / "out" / "bench.json", tmp_path / "out" / "bench.md"
     proc = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "benchmark.py"), "--quick", "--threads", "1",
-         "--repeats", "2", "--profile", "4", "--checkpoint", str(checkpoint), "--json", str(out_json), "--markdown", str(out_md)],
+         "--repeats", "2", "--profile", "4", "--checkpoint", str(checkpoint),
+         "--json", str(out_json), "--markdown", str(out_md)],
         capture_output=True, text=True, timeout=300, cwd=REPO,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
