@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: setup test demo clean
+.PHONY: setup test test-fast demo clean
 
 $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ setup: $(VENV)/.installed
 
 test: setup
 	$(PY) -m pytest -q tests
+
+# the math and wiring, without the end-to-end runs of fairseq's tools and the scripts
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow" tests
 
 demo: setup
 	$(PY) scripts/demo.py

@@ -1,11 +1,15 @@
 """BudgetFormer for fairseq: ``--user-dir budget_plugin`` registers the ``budgetformer``
 model (and sized architectures), the budgeted encoder layer, the
-``budget_sentence_prediction`` criterion and task."""
+``budget_sentence_prediction`` criterion and task.
 
-from .checkpoint_safety import allow_fairseq_checkpoints, atomic_checkpoint_copies
+Importing the plugin also changes two things outside it (``fairseq_patches.py``): it
+allow-lists ``argparse.Namespace`` for torch's safe checkpoint loader, so that fairseq
+checkpoints load with ``weights_only=True``; and it makes fairseq's copies of a
+checkpoint (``checkpoint_last.pt``, ``checkpoint_best.pt``) atomic."""
 
-allow_fairseq_checkpoints()  # fairseq-validate and resuming under torch >= 2.6
-atomic_checkpoint_copies()  # a kill never leaves a half-written checkpoint_last.pt
+from . import fairseq_patches
+
+fairseq_patches.apply()
 
 from . import criterions, models, modules, tasks  # noqa: E402  (registers everything)
 from .models import BudgetFormerModel  # noqa: E402

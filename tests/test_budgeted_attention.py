@@ -1,12 +1,18 @@
 """The attention math: budgets, masks, exact zeros, equivalence, gradients."""
 
 import argparse
+import contextlib
+import math
 
 import pytest
 import torch
 
-from budget_plugin.modules import BudgetConfig, BudgetedAttention, BudgetedEncoderLayer, Exploration
+from budget_plugin.config import BudgetConfig
+from budget_plugin.modules import BudgetedAttention, BudgetedEncoderLayer, HeadRouter
+from budget_plugin.modules.flops import attention_flops
+from budget_plugin.modules.router import summarize
 from fairseq.models.transformer import TransformerConfig
+from fairseq.modules import MultiheadAttention
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 
 T, B, C, H = 10, 6, 32, 4
@@ -14,11 +20,11 @@ T, B, C, H = 10, 6, 32, 4
 
 def make_attention(min_heads=1, spread=4.0, **budget):
     """Random attention whose budget predictor gives different budgets per example."""
-    attention = BudgetedAttention(C, H, BudgetConfig(min_heads=min_heads, **budget))
+    attention = BudgetedAttention(C, H, BudgetConfig(min_heads=min_heads, **budget), fixed_heads=H)
     with torch.no_grad():
-        attention.budget_proj.weight.normal_(std=spread / C**0.5)
-        attention.budget_proj.bias.zero_()
-        attention.relevance_proj.weight.normal_(std=1.0)
+        attention.router.budget_proj.weight.normal_(std=spread / C**0.5)
+        attention.router.budget_proj.bias.zero_()
+        attention.router.relevance_proj.weight.normal_(std=1.0)
     return attention.eval()
 
 
@@ -30,7 +36,7 @@ def make_inputs(lengths=(10, 7, 3, 10, 1, 5)):
 
 def test_routes_have_per_example_budgets_within_bounds():
     attention, (x, padding) = make_attention(min_heads=2), make_inputs()
-    route = attention.route(x, padding)
+    route = attention.router(x, padding)
     assert route.heads.shape == (B,) and route.selected.shape == (B, H)
     assert route.heads.min() >= 2 and route.heads.max() <= H
     assert torch.equal(route.selected.sum(dim=1), route.heads)
@@ -45,10 +51,9 @@ def test_routes_have_per_example_budgets_within_bounds():
 @pytest.mark.parametrize("path", ["fast", "reference"])
 def test_unselected_heads_contribute_exactly_zero(path):
     attention, (x, padding) = make_attention(attention_path=path), make_inputs()
-    attention.forced_heads = 2
-    with torch.no_grad():
-        route = attention.route(x, padding)
-        before, _ = attention.forward_budgeted(x, padding)
+    with torch.no_grad(), attention.router.forced(2):
+        route = attention.router(x, padding)
+        before, _ = attention(x, key_padding_mask=padding)
         d = attention.head_dim
         for h in range(H):  # wreck every head that example 0 did not select
             if not route.selected[0, h]:
@@ -56,8 +61,35 @@ def test_unselected_heads_contribute_exactly_zero(path):
                 for proj in (attention.q_proj, attention.k_proj, attention.v_proj):
                     proj.weight[rows] = 1e3
                 attention.out_proj.weight[:, rows] = 1e3
-        after, _ = attention.forward_budgeted(x, padding)
+        after, _ = attention(x, key_padding_mask=padding)
     assert torch.equal(before[:, 0], after[:, 0])
+
+
+def test_fairseqs_call_is_budgeted():
+    """``self_attn(x, x, x, key_padding_mask=...)``, as fairseq calls attention, runs the
+    budget: with one forced head it differs from fairseq's all-heads attention."""
+    attention, (x, padding) = make_attention(), make_inputs()
+    with torch.no_grad(), attention.router.forced(1):
+        called, stats = attention(x, x, x, key_padding_mask=padding)
+        reference = attention.attend_all_heads(x, padding, stats["selected"].float())
+        every_head = MultiheadAttention.forward(attention, x, x, x, key_padding_mask=padding, need_weights=False)[0]
+    assert (stats["heads"] == 1).all()
+    torch.testing.assert_close(called, reference, rtol=0, atol=1e-5)
+    assert (called - every_head).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("kwargs,named", [
+    (dict(attn_mask=torch.zeros(T, T)), "attn_mask"),
+    (dict(incremental_state={}), "incremental_state"),
+    (dict(need_weights=True), "need_weights"),
+    (dict(need_head_weights=True), "need_head_weights"),
+    (dict(static_kv=True), "static_kv"),
+    (dict(key=torch.randn(T, B, C)), "key or value other than the query"),
+])
+def test_calls_it_cannot_honour_are_refused(kwargs, named):
+    attention, (x, padding) = make_attention(), make_inputs()
+    with pytest.raises(ValueError, match=named):
+        attention(x, key_padding_mask=padding, **kwargs)
 
 
 def stock_and_budgeted_layers(dropout=0.0):
@@ -67,9 +99,9 @@ def stock_and_budgeted_layers(dropout=0.0):
     )
     cfg = TransformerConfig.from_namespace(args)
     stock = TransformerEncoderLayerBase(cfg)
-    budgeted = BudgetedEncoderLayer(cfg, BudgetConfig())
+    budgeted = BudgetedEncoderLayer(cfg, BudgetConfig(), index=0, fixed_heads=H)
     missing, unexpected = budgeted.load_state_dict(stock.state_dict(), strict=False)
-    assert not unexpected and all("relevance_proj" in k or "budget_proj" in k for k in missing)
+    assert not unexpected and all(".router." in k for k in missing)
     return stock, budgeted
 
 
@@ -77,13 +109,13 @@ def stock_and_budgeted_layers(dropout=0.0):
 def test_full_budget_equals_fairseq_encoder_layer(mode):
     stock, budgeted = stock_and_budgeted_layers()
     budgeted.self_attn.fast_path = mode == "eval_fast"
-    budgeted.self_attn.forced_heads = H
     for layer in (stock, budgeted):
         layer.train(mode == "train")
     x, padding = make_inputs()
     expected = stock(x, padding)
-    actual, stats = budgeted(x, padding)
-    assert (stats["heads"] == H).all()
+    with budgeted.self_attn.router.forced(H):
+        actual, stats = budgeted(x, padding)
+    assert (stats["heads"] == H).all() and stats["layer"] == 0
     assert (actual - expected).abs().max().item() <= 1e-5
 
 
@@ -99,98 +131,111 @@ def test_default_initial_budget_is_all_heads():
 @pytest.mark.parametrize("forced", [None, 1, 2, 3])
 def test_fast_path_equals_reference_path(forced):
     attention, (x, padding) = make_attention(), make_inputs()
-    attention.forced_heads = forced
-    with torch.no_grad():
+    with torch.no_grad(), (attention.router.forced(forced) if forced else contextlib.nullcontext()):
         attention.fast_path = True
-        fast, stats = attention.forward_budgeted(x, padding)
+        fast, stats = attention(x, key_padding_mask=padding)
         attention.fast_path = False
-        reference, _ = attention.forward_budgeted(x, padding)
+        reference, _ = attention(x, key_padding_mask=padding)
     assert (fast - reference).abs().max().item() <= 1e-5
-    heads = stats["heads"]
-    assert forced is not None or len(set(heads.tolist())) > 1
+    assert forced is not None or len(set(stats["heads"].tolist())) > 1
 
 
-def test_fast_path_groups_by_head_and_by_head_set():
-    """Both grouping strategies are exercised and agree with the reference."""
-    torch.manual_seed(3)
-    attention = make_attention()
-    x = torch.randn(T, 32, C)  # many examples: many distinct head sets -> grouped by head
-    padding = torch.arange(T)[None, :] >= torch.randint(1, T + 1, (32, 1))
+def test_forced_heads_end_with_the_block_even_on_error():
+    attention, (x, padding) = make_attention(), make_inputs()
+    with pytest.raises(RuntimeError), attention.router.forced(1):
+        raise RuntimeError
+    assert attention.router.forced_heads is None
+    with pytest.raises(ValueError, match=r"forced heads must be in \[1, 4\]"):
+        with attention.router.forced(H + 1):
+            pass
+
+
+def sigmoid(z):
+    return 1 / (1 + math.exp(-z))
+
+
+def test_straight_through_gradients_have_the_values_worked_out_by_hand():
+    """One example, H = 4, m = 1, t = 0.5, temperature 1. The router reads a summary s
+    whose projections are zero, so b = 1 + 3 sigmoid(z) with z = budget bias, and
+    p = softmax(relevance bias). With loss L = sum_h c_h gate_h:
+      dL/dz        = (H - m) sigmoid'(z) * sum_h c_h s_h (1 - s_h) / t,
+                     s_h = sigmoid((b - rank_h - 0.5) / t)
+      dL/dbias_r_j = H p_j (c_j - sum_h p_h c_h)    (d(H p_h)/dlogit_j, temperature 1)"""
+    router = HeadRouter(C, H, BudgetConfig(min_heads=1, budget_mask_temperature=0.5), fixed_heads=H).train()
+    z, logits, c = 0.3, [2.0, 1.0, 0.0, -1.0], [0.5, -1.0, 2.0, 0.25]
     with torch.no_grad():
-        route = attention.route(x, padding)
-        assert len(torch.unique(route.selected, dim=0)) > H
-        fast, _ = attention.forward_budgeted(x, padding)
-        attention.fast_path = False
-        reference, _ = attention.forward_budgeted(x, padding)
-        assert (fast - reference).abs().max().item() <= 1e-5
-        # a batch of one distinct head set -> one gathered product
-        attention.fast_path = True
-        same = x[:, :1].expand(T, 5, C).contiguous()
-        fast1, stats = attention.forward_budgeted(same, None)
-        attention.fast_path = False
-        ref1, _ = attention.forward_budgeted(same, None)
-    assert len(torch.unique(stats["selected"], dim=0)) == 1
-    assert (fast1 - ref1).abs().max().item() <= 1e-5
+        router.relevance_proj.weight.zero_()
+        router.relevance_proj.bias.copy_(torch.tensor(logits))
+        router.budget_proj.bias.fill_(z)
+    route = router(torch.randn(T, 1, C), None)
+    (route.gate[0] * torch.tensor(c)).sum().backward()
+
+    b = 1 + 3 * sigmoid(z)  # 2.72: rounds to 3 heads
+    soft = [sigmoid((b - rank - 0.5) / 0.5) for rank in range(H)]  # rank h == head h here
+    dz = 3 * sigmoid(z) * (1 - sigmoid(z)) * sum(ch * s * (1 - s) / 0.5 for ch, s in zip(c, soft))
+    p = [math.exp(v) / sum(math.exp(u) for u in logits) for v in logits]
+    mean_c = sum(ph * ch for ph, ch in zip(p, c))
+    dlogits = [H * pj * (cj - mean_c) for pj, cj in zip(p, c)]
+    assert route.selected[0].tolist() == [True, True, True, False]
+    assert router.budget_proj.bias.grad.item() == pytest.approx(dz, rel=1e-5)
+    assert router.relevance_proj.bias.grad.tolist() == pytest.approx(dlogits, rel=1e-5)
 
 
 def test_gradients_reach_relevance_scorer_and_budget_predictor():
-    attention, (x, padding) = make_attention(), make_inputs()
+    attention, (x, padding) = make_attention(exploration_updates=10), make_inputs()
     attention.train()
-    attention.exploration = Exploration(rate=1.0, noise=1.0, uniform=0.1, temperature=2.0)
-    out, stats = attention.forward_budgeted(x.requires_grad_(), padding)
+    out, _ = attention(x.requires_grad_(), key_padding_mask=padding)
     (out**2).sum().backward()
-    for param in (attention.relevance_proj.weight, attention.budget_proj.weight, attention.budget_proj.bias):
+    router = attention.router
+    for param in (router.relevance_proj.weight, router.budget_proj.weight, router.budget_proj.bias):
         assert param.grad is not None and param.grad.abs().sum() > 0
 
 
 def test_budget_term_gradient_lowers_budget():
     attention, (x, padding) = make_attention(), make_inputs()
     attention.train()
-    _, stats = attention.forward_budgeted(x, padding)
+    _, stats = attention(x, key_padding_mask=padding)
     stats["budget"].mean().backward()
-    assert attention.budget_proj.bias.grad > 0  # descending it lowers the budget
+    assert attention.router.budget_proj.bias.grad > 0  # descending it lowers the budget
 
 
-def test_exploration_is_off_in_eval_mode():
-    attention, (x, padding) = make_attention(), make_inputs()
-    attention.exploration = Exploration(rate=1.0, noise=5.0, uniform=1.0, temperature=2.0)
+def test_exploration_follows_the_update_number_and_is_off_in_eval_mode():
+    attention = make_attention(exploration_updates=100, exploration_noise=5.0, exploration_uniform=1.0)
+    x, padding = make_inputs()
     with torch.no_grad():
-        first, s1 = attention.forward_budgeted(x, padding)
-        second, s2 = attention.forward_budgeted(x, padding)
+        first, s1 = attention(x, key_padding_mask=padding)
+        second, s2 = attention(x, key_padding_mask=padding)
     assert torch.equal(first, second) and torch.equal(s1["selected"], s2["selected"])
     attention.train()
-    picks = {tuple(attention.route(x, padding).selected.flatten().tolist()) for _ in range(5)}
-    assert len(picks) > 1, "training with exploration samples different heads"
+    picks = {tuple(attention.router(x, padding).selected.flatten().tolist()) for _ in range(5)}
+    assert len(picks) > 1, "training at update 0 explores: different heads each call"
+    attention.router.set_num_updates(100)  # the schedule has ended: top-k again
+    picks = {tuple(attention.router(x, padding).selected.flatten().tolist()) for _ in range(5)}
+    assert len(picks) == 1
 
 
 @pytest.mark.parametrize("pooling", ["mean", "first"])
 def test_padding_does_not_change_the_summary(pooling):
-    attention = make_attention(budget_pooling=pooling)
     x = torch.randn(4, 1, C)
     padded = torch.cat([x, torch.randn(3, 1, C) * 100], dim=0)
     mask = torch.tensor([[False] * 4 + [True] * 3])
-    assert torch.allclose(attention.summarize(x, None), attention.summarize(padded, mask), atol=1e-6)
+    assert torch.allclose(summarize(x, None, pooling), summarize(padded, mask, pooling), atol=1e-6)
 
 
 def test_flops_scale_with_heads():
-    attention = make_attention()
-    used_half, full = attention.flops(128, torch.full((8,), H // 2))
-    used_all, _ = attention.flops(128, torch.full((8,), H))
+    used_half, full = attention_flops(128, torch.full((8,), H // 2), C, H)
+    used_all, _ = attention_flops(128, torch.full((8,), H), C, H)
     assert used_all > full  # the router costs a little on top of all heads
     assert abs(used_half.item() / full.item() - 0.5) < 0.01
-
-
-@pytest.mark.parametrize("min_heads", [0, H + 1])
-def test_min_heads_out_of_range_is_refused(min_heads):
-    with pytest.raises(ValueError, match="min-heads"):
-        BudgetedAttention(C, H, BudgetConfig(min_heads=min_heads))
+    per_head = 8.0 * 128 * C * (C // H) + 4.0 * 128 * 128 * (C // H)  # projections + scores/values
+    assert full.item() == 8 * H * per_head
 
 
 def test_fast_path_runs_with_autograd_enabled():
     """Inference without torch.no_grad() (as hub users call it) takes the fast path too."""
     attention, (x, padding) = make_attention(), make_inputs()
-    attention.forced_heads = 3
-    fast, _ = attention.forward_budgeted(x, padding)
-    attention.fast_path = False
-    reference, _ = attention.forward_budgeted(x, padding)
+    with attention.router.forced(3):
+        fast, _ = attention(x, key_padding_mask=padding)
+        attention.fast_path = False
+        reference, _ = attention(x, key_padding_mask=padding)
     assert (fast - reference).abs().max().item() <= 1e-5

@@ -15,7 +15,7 @@ import torch
 from conftest import BIN, PLUGIN_DIR, train_args
 
 TASK = ["--task", "budget_sentence_prediction", "--criterion", "budget_sentence_prediction"]
-ROUTER_KEY = "encoder.sentence_encoder.layers.1.self_attn.budget_proj.weight"
+ROUTER_KEY = "encoder.sentence_encoder.layers.1.self_attn.router.budget_proj.weight"
 ALIEN_KEY = "encoder.sentence_encoder.layers.1.self_attn.alien_proj.weight"
 
 
@@ -100,6 +100,7 @@ def test_torch_load_refuses_code_after_import_budget_plugin(setup, tmp_path):
     torch.load(checkpoint)  # the genuine one loads
 
 
+@pytest.mark.slow
 def test_fairseq_validate_refuses_a_checkpoint_that_would_run_code(setup, tmp_path):
     _, data, checkpoint = setup
     marker = tmp_path / "pwned"
@@ -111,6 +112,7 @@ def test_fairseq_validate_refuses_a_checkpoint_that_would_run_code(setup, tmp_pa
     assert not marker.exists(), "the checkpoint's payload ran"
 
 
+@pytest.mark.slow
 def test_missing_and_unexpected_keys_are_named(setup, tmp_path):
     """A BudgetFormer checkpoint with a router weight removed and an unknown weight added."""
     _, data, checkpoint = setup
@@ -124,6 +126,7 @@ def test_missing_and_unexpected_keys_are_named(setup, tmp_path):
     assert f'Unexpected key(s) in state_dict: "{ALIEN_KEY}"' in output
 
 
+@pytest.mark.slow
 def test_roberta_of_another_size_does_not_warm_start_budgetformer(setup):
     """RoBERTa with 3 layers given to budgetformer_tiny (2 layers) with --restore-file:
     fairseq's trainer wraps the strict load error, and both messages reach the user."""

@@ -9,6 +9,8 @@ from conftest import PLUGIN_DIR, make_classification_data, parse_metrics, run, t
 
 N_VALID = 100  # not a multiple of 8 or of the batch size, on purpose
 
+pytestmark = pytest.mark.slow  # every test here runs the fairseq tools
+
 
 def validate(data, checkpoint, *extra):
     output = run([

@@ -15,15 +15,19 @@ from budget_plugin.criterions.budget_sentence_prediction import (
     BudgetSentencePredictionConfig,
     BudgetSentencePredictionCriterion,
 )
-from budget_plugin.modules import Exploration
 from conftest import BIN, build_model, train_args
 from fairseq.data import Dictionary
 
 H = 4  # budgetformer_tiny
 MAX_POSITIONS = 64  # conftest.build_model
-EXPLORE = Exploration(rate=1.0, noise=1.0, uniform=0.1, temperature=2.0)
+EXPLORATION = 3  # updates: exploration anneals over the first half of train()'s six
 
 
+def tiny(**overrides):
+    return build_model(num_classes=2, exploration_updates=EXPLORATION, **overrides)
+
+
+@pytest.mark.slow
 def test_bad_setting_fails_in_fairseq_train_before_any_checkpoint(tmp_path):
     data = tmp_path / "data"  # fairseq builds the model before it reads any data
     (data / "input0").mkdir(parents=True)
@@ -54,7 +58,7 @@ def train(model, batches, updates=6, lr=1e-3, **criterion_cfg):
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     for update in range(updates):
         model.train()
-        model.set_exploration(EXPLORE if update < updates // 2 else Exploration())
+        model.set_num_updates(update)  # as fairseq's train_step does
         loss, _, logs = criterion(model, batches[update % len(batches)])
         assert torch.isfinite(loss), (update, loss)
         assert all(torch.isfinite(torch.as_tensor(v)).all() for v in logs.values()), logs
@@ -64,12 +68,11 @@ def train(model, batches, updates=6, lr=1e-3, **criterion_cfg):
             assert p.grad is None or torch.isfinite(p.grad).all(), (update, name)
         optimizer.step()
     model.eval()
-    model.set_exploration(Exploration())
     tokens = batches[-1]["net_input"]["src_tokens"]
     with torch.no_grad():
         logits, extra = model(tokens, classification_head_name="sentence_classification_head")
     assert torch.isfinite(logits).all()
-    m = model.encoder.sentence_encoder.layers[0].self_attn.min_heads
+    m = model.budget.min_heads
     for stats in extra["budget"]:
         assert torch.isfinite(stats["budget"]).all()
         assert ((m <= stats["budget"]) & (stats["budget"] <= H)).all(), stats["budget"]
@@ -90,12 +93,12 @@ def test_length_one_inputs():
     one_word = torch.tensor([[0, 7, 2], [0, 12, 2], [0, 30, 2], [0, 44, 2]])  # "<s> w </s>"
     mixed = torch.tensor([[0, 1, 1], [0, 9, 2], [0, 1, 1], [0, 21, 2]])  # "<s>" padded among them
     for pooling in ("mean", "first"):
-        model = build_model(num_classes=2, budget_pooling=pooling)
+        model = tiny(budget_pooling=pooling)
         train(model, [sample(only_bos), sample(one_word), sample(mixed)])
 
 
 def test_inputs_at_max_positions():
-    model = build_model(num_classes=2)
+    model = tiny()
     full = random_batch(4, MAX_POSITIONS)
     train(model, [sample(full)])
     with pytest.raises(IndexError):  # one token more is out of the position table
@@ -107,7 +110,7 @@ def test_one_example_almost_all_padding():
     tokens[2, 1:] = 1  # "<s>" and 63 pads
     tokens[3, 2:] = 1
     tokens[3, 1] = 2
-    model = build_model(num_classes=2)
+    model = tiny()
     stats = train(model, [sample(tokens)])
     # padding cannot change the choice: the padded example alone gets what it got in the batch
     with torch.no_grad():
@@ -118,7 +121,7 @@ def test_one_example_almost_all_padding():
 
 
 def test_min_heads_one_and_a_huge_budget_weight_ends_at_one_head():
-    model = build_model(num_classes=2, min_heads=1)
+    model = tiny(min_heads=1)
     batches = [sample(random_batch(8, 12)), sample(random_batch(8, 20))]
     stats = train(model, batches, updates=16, lr=1e-2, budget_weight=1e4, target_head_ratio=None)
     for layer in stats:
@@ -127,7 +130,7 @@ def test_min_heads_one_and_a_huge_budget_weight_ends_at_one_head():
 
 
 def test_min_heads_equal_to_the_number_of_heads():
-    model = build_model(num_classes=2, min_heads=H)
+    model = tiny(min_heads=H)
     stats = train(model, [sample(random_batch(6, 10))], budget_weight=10.0)
     for layer in stats:
         assert (layer["heads"] == H).all() and (layer["budget"] == H).all()

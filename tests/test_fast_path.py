@@ -1,21 +1,29 @@
 """The fast inference path: head by head with per-example output products, chunking,
-head runs at batch 1, one shared head set, learned (varying) k."""
+head runs on weight views when every example runs the same heads, learned (varying) k."""
+
+import contextlib
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from budget_plugin.modules import BudgetConfig, BudgetedAttention
+from budget_plugin.config import BudgetConfig
+from budget_plugin.modules import BudgetedAttention, head_subset
 
 T, C, H = 12, 48, 6
 
 
 def make_attention():
-    attention = BudgetedAttention(C, H, BudgetConfig())
+    attention = BudgetedAttention(C, H, BudgetConfig(), fixed_heads=H)
     with torch.no_grad():
-        attention.relevance_proj.weight.normal_(std=1.0)
-        attention.budget_proj.weight.normal_(std=4.0 / C**0.5)
-        attention.budget_proj.bias.zero_()
+        attention.router.relevance_proj.weight.normal_(std=1.0)
+        attention.router.budget_proj.weight.normal_(std=4.0 / C**0.5)
+        attention.router.budget_proj.bias.zero_()
     return attention.eval()
+
+
+def forced(attention, heads):
+    return attention.router.forced(heads) if heads else contextlib.nullcontext()
 
 
 def padded(batch, seed=0):
@@ -31,22 +39,21 @@ def reference(attention, x, padding, selected):
 
 
 @pytest.mark.parametrize("chunk", ["one example", "default"])
-@pytest.mark.parametrize("forced", [None, 1, 3, 5])
+@pytest.mark.parametrize("heads", [None, 1, 3, 5])
 @pytest.mark.parametrize("batch", [1, 2, 16])
 @pytest.mark.parametrize("grad", [False, True])
-def test_fast_path_equals_reference(chunk, forced, batch, grad):
+def test_fast_path_equals_reference(chunk, heads, batch, grad, monkeypatch):
     attention = make_attention()
-    attention.forced_heads = forced
     if chunk == "one example":  # one output product per example
-        attention._CHUNK_FLOATS = 1
+        monkeypatch.setattr(head_subset, "CHUNK_FLOATS", 1)
     x, padding = padded(batch)
-    with torch.set_grad_enabled(grad):  # eval with autograd on takes the out=-free branch
-        selected = attention.route(x, padding).selected
+    with torch.set_grad_enabled(grad), forced(attention, heads):  # autograd on: the out=-free branch
+        selected = attention.router(x, padding).selected
         fast = attention.attend_selected_heads(x, padding, selected)
         expected = reference(attention, x, padding, selected)
     assert fast.shape == x.shape
     assert (fast - expected).abs().max().item() <= 1e-5
-    if forced is None and batch == 16:
+    if heads is None and batch == 16:
         assert len(set(selected.sum(1).tolist())) > 1, "the learned budget varies per example"
 
 
@@ -59,42 +66,65 @@ RUNS = {
 @pytest.mark.parametrize("heads", sorted(RUNS))
 def test_attend_heads_on_runs_of_heads(heads):
     attention = make_attention()
-    assert attention._head_runs(torch.tensor(heads)) == RUNS[heads]
+    assert head_subset.head_runs(torch.tensor(heads)) == RUNS[heads]
     x, padding = padded(3, seed=1)
     selected = torch.zeros(3, H, dtype=torch.bool)
     selected[:, list(heads)] = True
     with torch.no_grad():
-        out = attention.attend_heads(x, padding, torch.tensor(heads))
+        out = head_subset.attend_heads(x, padding, torch.tensor(heads), attention.q_proj, attention.k_proj,
+                                       attention.v_proj, attention.out_proj, attention.head_dim)
         expected = reference(attention, x, padding, selected)
     assert (out - expected).abs().max().item() <= 1e-5
 
 
-def test_identical_head_sets_share_one_product():
+class WeightCopies(TorchDispatchMode):
+    """Records the aten ops that read a projection weight's storage and write a new
+    tensor that is not a view of it (a copy, a gather, a concatenation)."""
+
+    VIEWS = {"t", "transpose", "slice", "view", "permute", "select", "expand", "as_strided", "detach", "alias"}
+    PRODUCTS = {"mm", "addmm", "bmm", "baddbmm", "linear"}  # read the weights, copy nothing
+
+    def __init__(self, weights):
+        super().__init__()
+        self.storages = {w.untyped_storage().data_ptr() for w in weights}
+        self.copies = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        reads = [a for a in args if isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() in self.storages]
+        if reads and name not in self.VIEWS | self.PRODUCTS:
+            self.copies.append(name)
+        out = func(*args, **(kwargs or {}))
+        if name in self.VIEWS and isinstance(out, torch.Tensor) and reads:
+            self.storages.add(out.untyped_storage().data_ptr())
+        return out
+
+
+@pytest.mark.parametrize("batch", [1, 7])
+def test_one_head_set_runs_on_weight_views_without_copies(batch):
+    """At batch 1, or when every example runs the same heads, the selected heads'
+    rows and columns are sliced, never copied; many head sets gather (copy) them,
+    which shows that the recorder sees copies."""
     attention = make_attention()
-    attention.forced_heads = 2
+    weights = [p.weight for p in (attention.q_proj, attention.k_proj, attention.v_proj, attention.out_proj)]
     x, padding = padded(1)
-    x = x.expand(T, 7, C).contiguous()
-    padding = padding.expand(7, T)
-    with torch.no_grad():
-        selected = attention.route(x, padding).selected
+    x, padding = x.expand(T, batch, C).contiguous(), padding.expand(batch, T)
+    with torch.no_grad(), attention.router.forced(2):
+        selected = attention.router(x, padding).selected
         assert len(torch.unique(selected, dim=0)) == 1
-        fast = attention.attend_selected_heads(x, padding, selected)
+        with WeightCopies(weights) as one_set:
+            fast = attention.attend_selected_heads(x, padding, selected)
+    assert one_set.copies == []
     assert (fast - reference(attention, x, padding, selected)).abs().max().item() <= 1e-5
 
-
-def test_fast_path_weights_are_views_not_copies():
-    """Editing a weight in place changes the next fast-path output: nothing is cached."""
-    attention = make_attention()
-    attention.forced_heads = 3
-    x, padding = padded(4)
+    x, padding = padded(16)
     with torch.no_grad():
-        selected = attention.route(x, padding).selected
-        before = attention.attend_selected_heads(x, padding, selected)
-        attention.v_proj.weight.mul_(2.0)
-        after = attention.attend_selected_heads(x, padding, selected)
-        expected = reference(attention, x, padding, selected)
-    assert not torch.equal(before, after)
-    assert (after - expected).abs().max().item() <= 1e-5
+        selected = attention.router(x, padding).selected
+        assert len(torch.unique(selected, dim=0)) > 1
+        attention._head_major = None
+        with WeightCopies(weights) as many_sets:
+            attention.attend_selected_heads(x, padding, selected)
+    assert many_sets.copies, "the head-major copy is made from the weights"
 
 
 def test_fast_path_sees_weights_an_optimizer_updated_through_data():
@@ -104,7 +134,7 @@ def test_fast_path_sees_weights_an_optimizer_updated_through_data():
     attention = make_attention()
     x, padding = padded(16)
     with torch.no_grad():
-        selected = attention.route(x, padding).selected
+        selected = attention.router(x, padding).selected
         assert len(set(map(tuple, selected.tolist()))) > 1, "several head sets: the cached path"
         attention.attend_selected_heads(x, padding, selected)  # fills the cache
         attention.train()
@@ -114,3 +144,17 @@ def test_fast_path_sees_weights_an_optimizer_updated_through_data():
         fast = attention.attend_selected_heads(x, padding, selected)
         expected = reference(attention, x, padding, selected)
     assert (fast - expected).abs().max().item() <= 1e-5
+
+
+def test_the_cache_follows_in_place_edits_of_the_weights():
+    """An in-place edit bumps a weight's version: the head-major copy is rebuilt."""
+    attention = make_attention()
+    x, padding = padded(16)
+    with torch.no_grad():
+        selected = attention.router(x, padding).selected
+        before = attention.attend_selected_heads(x, padding, selected)
+        attention.v_proj.weight.mul_(2.0)
+        after = attention.attend_selected_heads(x, padding, selected)
+        expected = reference(attention, x, padding, selected)
+    assert not torch.equal(before, after)
+    assert (after - expected).abs().max().item() <= 1e-5

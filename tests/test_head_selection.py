@@ -3,17 +3,15 @@
 import pytest
 import torch
 
-from budget_plugin.modules import BudgetConfig, BudgetedAttention
-from budget_plugin.modules.budgeted_attention import parse_fixed_heads
+from budget_plugin.config import BudgetConfig
+from budget_plugin.modules import BudgetedAttention
 from conftest import build_model, random_tokens
 
 T, C, H = 10, 32, 8
 
 
 def make_attention(mode, fixed_heads):
-    attention = BudgetedAttention(C, H, BudgetConfig(head_selection=mode))
-    attention.fixed_heads = fixed_heads
-    return attention.eval()
+    return BudgetedAttention(C, H, BudgetConfig(head_selection=mode), fixed_heads=fixed_heads).eval()
 
 
 def inputs(batch, seed=0):
@@ -26,8 +24,8 @@ def inputs(batch, seed=0):
 def test_static_runs_one_head_subset_for_every_input():
     attention = make_attention("static", 3.0)
     with torch.no_grad():
-        attention.static_logits.copy_(torch.tensor([0.0, 5, 0, 4, 0, 3, 0, 0]))
-    route = attention.route(*inputs(64))
+        attention.router.static_logits.copy_(torch.tensor([0.0, 5, 0, 4, 0, 3, 0, 0]))
+    route = attention.router(*inputs(64))
     assert route.heads.eq(3).all()
     assert route.selected.eq(route.selected[0]).all(), "every input runs the same heads"
     assert route.selected[0].nonzero().flatten().tolist() == [1, 3, 5], "the top-3 static logits"
@@ -36,17 +34,17 @@ def test_static_runs_one_head_subset_for_every_input():
 def test_static_head_choice_is_learned_through_the_gate():
     attention = make_attention("static", 2.0).train()
     x, padding = inputs(4)
-    out, _ = attention.forward_budgeted(x, padding)
+    out, _ = attention(x, key_padding_mask=padding)
     out.pow(2).sum().backward()
-    assert attention.static_logits.grad is not None and attention.static_logits.grad.abs().sum() > 0
+    assert attention.router.static_logits.grad is not None and attention.router.static_logits.grad.abs().sum() > 0
     # no router: its parameters take no part (the per-input budget and relevance are the method)
-    assert attention.relevance_proj.weight.grad is None and attention.budget_proj.weight.grad is None
+    assert attention.router.relevance_proj.weight.grad is None and attention.router.budget_proj.weight.grad is None
 
 
 @pytest.mark.parametrize("fixed_heads", [1.0, 2.5, 3.9, 8.0])
 def test_random_meets_a_fractional_budget_on_average(fixed_heads):
     attention = make_attention("random", fixed_heads)
-    route = attention.route(*inputs(4000))
+    route = attention.router(*inputs(4000))
     assert set(route.heads.unique().tolist()) <= {int(fixed_heads), -int(-fixed_heads // 1)}
     assert abs(route.heads.float().mean().item() - fixed_heads) < 0.05
     assert torch.equal(route.selected.sum(1), route.heads)
@@ -75,7 +73,7 @@ def test_fast_path_equals_reference_for_the_baselines(mode, fixed_heads):
     attention = make_attention(mode, fixed_heads)
     x, padding = inputs(16)
     with torch.no_grad():
-        selected = attention.route(x, padding).selected
+        selected = attention.router(x, padding).selected
         fast = attention.attend_selected_heads(x, padding, selected)
         expected = attention.attend_all_heads(x, padding, selected.to(x.dtype))
     assert (fast - expected).abs().max().item() <= 1e-5
@@ -106,6 +104,7 @@ def test_bad_baseline_settings_name_the_option(overrides, message):
     assert message in str(error.value)
 
 
-def test_parse_fixed_heads():
-    assert parse_fixed_heads("3.5", 3, 8, 1) == [3.5, 3.5, 3.5]
-    assert parse_fixed_heads("1,2.5,8", 3, 8, 1) == [1.0, 2.5, 8.0]
+def test_heads_per_layer():
+    assert BudgetConfig(head_selection="random", fixed_heads="3.5").heads_per_layer(3, 8) == [3.5, 3.5, 3.5]
+    assert BudgetConfig(head_selection="static", fixed_heads="1,2.5,8").heads_per_layer(3, 8) == [1.0, 2.5, 8.0]
+    assert BudgetConfig().heads_per_layer(2, 8) == [8.0, 8.0]

@@ -19,6 +19,8 @@ TINY_ROBERTA = ["--arch", "roberta", "--encoder-layers", 2, "--encoder-embed-dim
                 "--encoder-ffn-embed-dim", 128, "--encoder-attention-heads", 4]
 WORDS = "good bad great awful fine dull fun boring superb weak film plot actors story".split()
 
+pytestmark = pytest.mark.slow  # every test here runs the fairseq tools
+
 
 @pytest.fixture(scope="module")
 def sst_like(tmp_path_factory):
@@ -142,9 +144,14 @@ def test_converted_roberta_equals_roberta_at_full_budget(roberta_checkpoint, tmp
     assert (got_logits - want_logits).abs().max().item() <= 1e-5
 
 
-def test_restore_file_warm_starts_from_roberta(roberta_checkpoint, tmp_path):
+@pytest.mark.parametrize("selection,new", [
+    ([], 8),  # relevance_proj and budget_proj (weight, bias) of 2 layers
+    (["--head-selection", "static", "--fixed-heads", "2"], 10),  # + static_logits
+    (["--head-selection", "random", "--fixed-heads", "2"], 10),  # + the random_seed buffer
+])
+def test_restore_file_warm_starts_from_roberta(roberta_checkpoint, tmp_path, selection, new):
     data, roberta = roberta_checkpoint
     output = run(train_args(data, tmp_path, "--restore-file", roberta, "--reset-optimizer",
-                            "--reset-dataloader", "--reset-meters", epochs=1))
-    assert "warm start from a checkpoint without head routers: 8 new router parameters" in output
+                            "--reset-dataloader", "--reset-meters", *selection, epochs=1))
+    assert f"warm start from a checkpoint without head routers: {new} new router parameters" in output
     assert "Loaded checkpoint" in output

@@ -1,6 +1,8 @@
 """The yaml recipes run as they stand through fairseq-hydra-train (tiny data and
 sizes swapped in on the command line) and their checkpoints load in fairseq-validate."""
 
+import re
+
 import pytest
 
 from conftest import REPO, make_classification_data, parse_metrics, run
@@ -8,9 +10,12 @@ from test_cli import validate
 
 CONFIG_DIR = REPO / "examples" / "budgetformer" / "config"
 
+pytestmark = pytest.mark.slow  # every test here runs the fairseq tools
+
 
 @pytest.mark.parametrize("config, pair", [("mr", False), ("sst2", False), ("rte", True)])
 def test_hydra_config_trains_and_validates(config, pair, tmp_path):
+    """mr also turns the exploration schedule on, a model option under ``model:``."""
     data = make_classification_data(tmp_path, n_train=96, n_valid=40, pair=pair)
     save = tmp_path / "ckpt"
     output = run([
@@ -20,7 +25,10 @@ def test_hydra_config_trains_and_validates(config, pair, tmp_path):
         "optimization.max_epoch=1", "optimization.max_update=6", "lr_scheduler.total_num_update=6",
         "lr_scheduler.warmup_updates=1", "dataset.batch_size=16", "common.log_interval=1",
         "common.cpu=true", "distributed_training.distributed_world_size=1",
+        *(["+model.exploration_updates=4"] if config == "mr" else []),
     ], cwd=REPO)
-    assert "| heads" in output or "heads=" in output
+    rates = [float(r) for r in re.findall(r"explore_rate=([\d.]+)", output)]
+    assert rates and (rates[0] > 0) == (config == "mr"), rates
+    assert rates[-1] == 0
     metrics = validate(data, save / "checkpoint_last.pt")
     assert metrics["bsz"] == 40 and 0 < metrics["head_ratio"] <= 1

@@ -1,4 +1,5 @@
-"""Model wiring, the task's schedule, the criterion's terms, and clear errors for bad settings."""
+"""Model wiring, the exploration schedule, the criterion's terms and metrics, and clear
+errors for bad settings."""
 
 import argparse
 import math
@@ -11,12 +12,11 @@ from budget_plugin.criterions.budget_sentence_prediction import (
     BudgetSentencePredictionConfig,
     BudgetSentencePredictionCriterion,
 )
-from budget_plugin.tasks.budget_sentence_prediction import (
-    BudgetSentencePredictionTask,
-    BudgetSentencePredictionTaskConfig,
-)
+from budget_plugin.config import BudgetConfig
+from budget_plugin.modules import BudgetedAttention, exploration_at
 from conftest import build_model, random_tokens
 from fairseq.data import Dictionary
+from fairseq.logging import metrics
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
 
@@ -53,7 +53,7 @@ def test_extra_holds_one_stats_dict_per_layer():
 def test_router_starts_at_full_budget_after_init_bert_params(arch, heads):
     model = build_model(arch).eval()
     for attention in model.budgeted_attentions():
-        assert torch.all(attention.budget_proj.weight == 0)  # not init_bert_params' normal init
+        assert torch.all(attention.router.budget_proj.weight == 0)  # not init_bert_params' normal init
     _, extra = model(random_tokens(), features_only=True)
     for stats in extra["budget"]:
         assert torch.allclose(stats["budget"], torch.full((6,), heads - 0.25))
@@ -62,20 +62,38 @@ def test_router_starts_at_full_budget_after_init_bert_params(arch, heads):
 
 @pytest.mark.parametrize("heads, min_heads", [(12, 1), (16, 1), (16, 4), (12, 12)])
 def test_initial_budget_rounds_to_all_heads_for_any_size(heads, min_heads):
-    from budget_plugin.modules import BudgetConfig, BudgetedAttention
-
-    attention = BudgetedAttention(heads * 8, heads, BudgetConfig(min_heads=min_heads)).eval()
-    route = attention.route(torch.randn(5, 3, heads * 8), None)
+    attention = BudgetedAttention(heads * 8, heads, BudgetConfig(min_heads=min_heads), fixed_heads=heads).eval()
+    route = attention.router(torch.randn(5, 3, heads * 8), None)
     assert (route.heads == heads).all()
 
 
-def test_force_heads():
+def test_forced_heads_hold_inside_the_block_only():
     model = build_model().eval()
-    model.force_heads(1)
-    _, extra = model(random_tokens(), features_only=True)
+    tokens = random_tokens()
+    with model.forced_heads(1):
+        _, extra = model(tokens, features_only=True)
     assert all((s["heads"] == 1).all() for s in extra["budget"])
+    _, extra = model(tokens, features_only=True)
+    assert all((s["heads"] == 4).all() for s in extra["budget"]), "the learned (full) budget again"
     with pytest.raises(ValueError, match="forced heads"):
-        model.force_heads(5)
+        with model.forced_heads(5):
+            pass
+    assert all(a.router.forced_heads is None for a in model.budgeted_attentions()), "nothing leaks"
+
+
+def test_layerdrop_reports_each_layer_under_its_own_key():
+    """--encoder-layerdrop skips layers in training: the statistics name the layer that
+    ran, and the per-layer means divide by the sentences that ran it."""
+    model = build_model(encoder_layerdrop=0.5).train()
+    sample = make_sample()
+    ran = set()
+    for seed in range(8):
+        torch.manual_seed(seed)
+        _, _, logs = make_criterion()(model, sample)
+        layers = {int(k[len("heads_l"):]) for k in logs if k.startswith("heads_l")}
+        ran.add(tuple(sorted(layers)))
+        assert all(logs[f"sentences_l{i}"] == 6 for i in layers)
+    assert (1,) in ran, "layer 1 alone ran in some update and was reported as layer 1"
 
 
 def test_padding_does_not_change_predictions():
@@ -86,20 +104,24 @@ def test_padding_does_not_change_predictions():
     assert (alone[0] - batched[1]).abs().max() < 1e-5
 
 
-def make_task(**cfg):
-    dictionary = Dictionary()
-    return BudgetSentencePredictionTask(BudgetSentencePredictionTaskConfig(data="unused", num_classes=2, **cfg), dictionary, dictionary)
-
-
 def test_schedule_anneals_exploration_and_temperature():
-    task = make_task(exploration_updates=100, temperature_start=2.0, temperature_end=1.0, exploration_uniform=0.2)
-    start, middle, end, late = (task.exploration_at(n) for n in (0, 50, 100, 10_000))
+    cfg = BudgetConfig(exploration_updates=100, temperature_start=2.0, temperature_end=1.0, exploration_uniform=0.2)
+    start, middle, end, late = (exploration_at(cfg, n) for n in (0, 50, 100, 10_000))
     assert (start.rate, start.noise, start.uniform, start.temperature) == (1.0, 1.0, 0.2, 2.0)
     assert middle.rate == pytest.approx(0.5) and middle.temperature == pytest.approx(1.5)
     assert end == late and end.rate == 0.0 and end.temperature == 1.0 and end.noise == 0
-    cosine = make_task(exploration_updates=100, exploration_schedule="cosine")
-    assert cosine.exploration_at(25).rate == pytest.approx(0.5 * (1 + math.cos(math.pi / 4)))
-    assert make_task(exploration_updates=0).exploration_at(0).rate == 0.0
+    assert exploration_at(cfg, 0, training=False) == end, "evaluation never explores"
+    cosine = BudgetConfig(exploration_updates=100, exploration_schedule="cosine")
+    assert exploration_at(cosine, 25).rate == pytest.approx(0.5 * (1 + math.cos(math.pi / 4)))
+    assert exploration_at(BudgetConfig(), 0).rate == 0.0, "off by default"
+
+
+def test_the_model_owns_its_schedule_through_set_num_updates():
+    model = build_model(exploration_updates=100).train()
+    model.set_num_updates(25)
+    assert model.exploration().rate == pytest.approx(0.75)
+    assert all(a.router.num_updates == 25 for a in model.budgeted_attentions())
+    assert model.eval().exploration().rate == 0.0
 
 
 def make_criterion(**cfg):
@@ -119,27 +141,67 @@ def test_budget_term_linear_and_towards_target():
     assert towards.item() == pytest.approx(((0.75 - 0.5) ** 2 + (0.25 - 0.5) ** 2) / 2)
 
 
-def test_criterion_loss_adds_the_terms():
-    model = build_model(num_classes=2).train()
-    sample = {
+def make_sample():
+    return {
         "net_input": {"src_tokens": random_tokens(), "src_lengths": torch.full((6,), 12)},
         "target": torch.tensor([0, 1, 0, 1, 1, 0]),
         "ntokens": 72,
     }
-    from budget_plugin.modules import Exploration
 
-    model.set_exploration(Exploration(rate=1.0))
+
+def test_criterion_loss_is_cross_entropy_plus_the_budget_and_exploration_terms():
+    """The expected loss is computed here from the model's own output, not from the
+    criterion's logs: sum of cross-entropies + n * 2.0 * mean_l (mean_b b/H - 0.5)^2
+    - n * 0.5 * rate * mean entropy / log H, at rate 0.75 (update 25 of 100)."""
+    model = build_model(num_classes=2, exploration_updates=100, dropout=0.0, attention_dropout=0.0).train()
+    model.set_num_updates(25)
+    sample = make_sample()
     torch.manual_seed(0)
-    plain, n, _ = make_criterion(budget_weight=0.0, exploration_weight=0.0)(model, sample)
-    torch.manual_seed(0)
-    loss, _, logs = make_criterion(budget_weight=2.0, exploration_weight=0.5)(model, sample)
-    expected = plain + n * (2.0 * logs["budget_term"] / n) + n * 0.5 * (logs["exploration_term"] / n)
+    logits, extra = model(**sample["net_input"], features_only=True,
+                          classification_head_name="sentence_classification_head")
+    torch.manual_seed(0)  # the same exploration draws in the criterion's call
+    loss, n, logs = make_criterion(budget_weight=2.0, exploration_weight=0.5, target_head_ratio=0.5)(model, sample)
+
+    task = torch.nn.functional.cross_entropy(logits, sample["target"], reduction="sum")
+    ratios = torch.stack([layer["budget"].mean() / 4 for layer in extra["budget"]])
+    p = torch.stack([layer["relevance"] for layer in extra["budget"]])
+    entropy = (-(p * p.log()).sum(-1) / math.log(4)).mean()
+    expected = task + 6 * 2.0 * ((ratios - 0.5) ** 2).mean() - 6 * 0.5 * 0.75 * entropy
+    assert n == 6
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
-    assert logs["task_loss"].item() == pytest.approx(plain.item(), rel=1e-6)
+    assert logs["task_loss"].item() == pytest.approx(task.item(), rel=1e-6)
+    assert logs["explore_rate"] == pytest.approx(6 * 0.75)
     assert logs["head_slots"] == 2 * 4 * 6 and "heads_l1" in logs
     loss.backward()
-    router = model.encoder.sentence_encoder.layers[0].self_attn
+    router = model.encoder.sentence_encoder.layers[0].self_attn.router
     assert router.budget_proj.weight.grad.abs().sum() > 0
+
+
+def test_reduce_metrics_over_several_logging_outputs():
+    """Two workers' (or two batches') logs: every metric is a ratio of sums."""
+    logs = [
+        dict(loss=4.0, task_loss=3.0, ntokens=30, nsentences=2, sample_size=2, ncorrect=1, heads_l0=6.0,
+             sentences_l0=2, heads_l1=2.0, sentences_l1=2, heads=8.0, budget=7.0, layer_sentences=4,
+             head_slots=16, attn_flops=30.0, attn_flops_full=100.0, budget_term=0.2, exploration_term=-1.0,
+             relevance_entropy=1.0, explore_rate=1.0, temperature=3.0),
+        dict(loss=2.0, task_loss=2.0, ntokens=20, nsentences=3, sample_size=3, ncorrect=3, heads_l1=9.0,
+             sentences_l1=3, heads=9.0, budget=8.0, layer_sentences=3, head_slots=12, attn_flops=40.0,
+             attn_flops_full=60.0, budget_term=0.3, exploration_term=-2.0, relevance_entropy=2.0,
+             explore_rate=0.5, temperature=3.0),
+    ]
+    with metrics.aggregate() as agg:
+        BudgetSentencePredictionCriterion.reduce_metrics(logs)
+    found = agg.get_smoothed_values()
+    assert found["loss"] == pytest.approx(6.0 / 5 / math.log(2), abs=1e-3)
+    assert found["task_loss"] == pytest.approx(5.0 / 5 / math.log(2), abs=1e-3)
+    assert found["accuracy"] == pytest.approx(80.0)
+    assert found["heads"] == pytest.approx(17 / 7, abs=0.01)
+    assert found["head_ratio"] == pytest.approx(17 / 28, abs=1e-3)
+    assert found["heads_l0"] == pytest.approx(3.0) and found["heads_l1"] == pytest.approx(11 / 5)
+    assert found["budget"] == pytest.approx(15 / 7, abs=0.01)
+    assert found["flops_ratio"] == pytest.approx(70 / 160, abs=1e-3)
+    assert found["explore_rate"] == pytest.approx(1.5 / 5)
+    assert found["budget_term"] == pytest.approx(0.5 / 5)
 
 
 @pytest.mark.parametrize(
@@ -149,12 +211,13 @@ def test_criterion_loss_adds_the_terms():
         (make_criterion, {"exploration_weight": -0.1}, "--exploration-weight"),
         (make_criterion, {"target_head_ratio": 1.5}, "--target-head-ratio"),
         (make_criterion, {"target_head_ratio": -0.5}, "--target-head-ratio"),
-        (make_task, {"exploration_uniform": 1.5}, "--exploration-uniform"),
-        (make_task, {"exploration_updates": -1}, "--exploration-updates"),
-        (make_task, {"temperature_start": 0.0}, "--temperature-start"),
-        (make_task, {"temperature_end": -1.0}, "--temperature-end"),
-        (make_task, {"exploration_noise": -1.0}, "--exploration-noise"),
-        (make_task, {"exploration_schedule": "step"}, "--exploration-schedule"),
+        (make_criterion, {"report_mcc": True}, "--report-mcc"),
+        (build_model, {"exploration_uniform": 1.5}, "--exploration-uniform"),
+        (build_model, {"exploration_updates": -1}, "--exploration-updates"),
+        (build_model, {"temperature_start": 0.0}, "--temperature-start"),
+        (build_model, {"temperature_end": -1.0}, "--temperature-end"),
+        (build_model, {"exploration_noise": -1.0}, "--exploration-noise"),
+        (build_model, {"exploration_schedule": "step"}, "--exploration-schedule"),
         (build_model, {"min_heads": 0}, "--min-heads"),
         (build_model, {"min_heads": 5}, "--min-heads"),
         (build_model, {"encoder_embed_dim": 66}, "--encoder-embed-dim"),

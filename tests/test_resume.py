@@ -68,6 +68,7 @@ def runs(data, tmp_path_factory):
     return root, whole, first, second
 
 
+@pytest.mark.slow
 def test_resumed_run_is_bit_identical_to_an_uninterrupted_one(runs):
     root, _, _, second = runs
     stop = load(root / "stop.pt")
@@ -92,6 +93,7 @@ def test_resumed_run_is_bit_identical_to_an_uninterrupted_one(runs):
     assert any(not torch.equal(stop["model"][k], resumed["model"][k]) for k in stop["model"])
 
 
+@pytest.mark.slow
 def test_exploration_schedule_continues_where_it_stopped(runs):
     _, whole, _, second = runs
     steps_whole, steps_resumed = train_inner(whole), train_inner(second)
@@ -108,12 +110,14 @@ def test_exploration_schedule_continues_where_it_stopped(runs):
     assert 0 < end_resumed["explore_rate"] < 1  # still exploring: a restart would show
 
 
+@pytest.mark.slow
 def test_validation_after_resume_is_identical(runs):
     _, whole, _, second = runs
     assert last_valid(whole) == last_valid(second)
     assert last_valid(second)["num_updates"] == 2 * N
 
 
+@pytest.mark.slow
 def test_checkpoints_load_safely_and_hold_only_an_argparse_namespace(runs):
     root = runs[0]
     path = root / "whole" / "checkpoint_last.pt"
@@ -131,6 +135,7 @@ def test_checkpoints_load_safely_and_hold_only_an_argparse_namespace(runs):
 # ------------------------------------------------------------------ killed runs
 
 
+@pytest.mark.slow
 def test_run_killed_mid_training_resumes_from_its_last_checkpoint(data, tmp_path):
     save = tmp_path / "ckpt"
     args = train_args(data, save, "--max-update", 5000, "--save-interval-updates", 10,
@@ -169,6 +174,7 @@ def test_run_killed_mid_training_resumes_from_its_last_checkpoint(data, tmp_path
     assert num_updates(load(save / "checkpoint_last.pt")) == last + 10
 
 
+@pytest.mark.slow
 def test_kill_while_copying_to_checkpoint_last_leaves_it_whole(runs, tmp_path):
     """fairseq writes a checkpoint once (atomically) and copies it to its other names,
     checkpoint_last.pt included; a kill during that copy must not tear the target."""
@@ -182,7 +188,7 @@ def test_kill_while_copying_to_checkpoint_last_leaves_it_whole(runs, tmp_path):
     assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr
     assert last.read_bytes() == before, (
         "checkpoint_last.pt was torn by a kill during fairseq's copy: budget_plugin/__init__.py "
-        "must call checkpoint_safety.atomic_checkpoint_copies()")
+        "must call fairseq_patches.atomic_checkpoint_copies()")
     assert num_updates(load(last)) == N
     for path in tmp_path.glob("*.pt"):
         load(path)
@@ -207,8 +213,8 @@ PathManager.copy(sys.argv[1], sys.argv[2], overwrite=True)  # as checkpoint_util
 
 
 def test_atomic_checkpoint_copies_never_expose_a_partial_file(tmp_path, monkeypatch):
-    """checkpoint_safety.atomic_checkpoint_copies itself, in this process (undone afterwards)."""
-    from budget_plugin.checkpoint_safety import atomic_checkpoint_copies
+    """fairseq_patches.atomic_checkpoint_copies itself, in this process (undone afterwards)."""
+    from budget_plugin.fairseq_patches import atomic_checkpoint_copies
     from fairseq.file_io import PathManager
 
     monkeypatch.setattr(PathManager, "copy", PathManager.__dict__["copy"])  # restored at teardown

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from fairseq.criterions import register_criterion
@@ -14,7 +15,7 @@ from fairseq.criterions.sentence_prediction import (
 )
 from fairseq.logging import metrics
 
-from ..config_checks import require
+from ..config import require
 
 
 @dataclass
@@ -38,7 +39,7 @@ class BudgetSentencePredictionConfig(SentencePredictionCriterionConfig):
         default=0.01,
         metadata={
             "help": "weight of the exploration term -H(p)/log H (keeps the relevance "
-            "distribution from collapsing early), annealed with the task's schedule"
+            "distribution from collapsing early), annealed with the model's schedule"
         },
     )
 
@@ -46,9 +47,9 @@ class BudgetSentencePredictionConfig(SentencePredictionCriterionConfig):
 @register_criterion("budget_sentence_prediction", dataclass=BudgetSentencePredictionConfig)
 class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
     """fairseq's ``sentence_prediction`` loss (cross-entropy, or MSE with
-    ``--regression-target``) + budget_weight * budget term + exploration_weight *
-    rate * exploration term. The budget statistics come from the model's output
-    (``extra["budget"]``, one dict per layer)."""
+    ``--regression-target``) + budget_weight * budget term - exploration_weight *
+    rate * relevance entropy. The statistics come from the model's output
+    (``extra["budget"]``, one dict per layer), the rate from the model's schedule."""
 
     def __init__(self, cfg: BudgetSentencePredictionConfig, task):
         super().__init__(cfg, task)
@@ -56,44 +57,57 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
         require(cfg.budget_weight >= 0, "budget-weight", ">= 0", cfg.budget_weight)
         require(cfg.exploration_weight >= 0, "exploration-weight", ">= 0", cfg.exploration_weight)
         require(target is None or 0 < target <= 1, "target-head-ratio", "in (0, 1] (or 0 for none)", target)
+        require(not self.keep_pred_and_targ, "report-mcc/--report-acc-and-f1/--report-pearson-and-spearman",
+                "unset (use --criterion sentence_prediction to report them)", True)
         self.budget_weight = cfg.budget_weight
         self.target_head_ratio = target
         self.exploration_weight = cfg.exploration_weight
 
     def forward(self, model, sample, reduce=True):
-        outputs = []  # the model's (logits, extra), caught as the parent computes its loss
-        hook = model.register_forward_hook(lambda module, args, output: outputs.append(output))
-        try:
-            task_loss, sample_size, logging_output = super().forward(model, sample, reduce)
-        finally:
-            hook.remove()
-        layers: List[Dict[str, Tensor]] = outputs[-1][1].get("budget") or []
-        if not layers:
+        logits, extra = model(
+            **sample["net_input"], features_only=True, classification_head_name=self.classification_head_name
+        )
+        layers: List[Dict[str, Tensor]] = extra.get("budget")  # empty if layerdrop dropped all
+        if layers is None or not hasattr(model, "exploration"):
             raise ValueError(
                 "criterion budget_sentence_prediction needs a model that returns budget "
                 "statistics (--arch budgetformer*); use sentence_prediction for others"
             )
+        targets = model.get_targets(sample, [logits]).view(-1)
+        sample_size = targets.numel()
+        if self.regression_target:
+            task_loss = F.mse_loss(logits.view(-1).float(), targets.float(), reduction="sum")
+        else:
+            task_loss = F.nll_loss(F.log_softmax(logits, dim=-1, dtype=torch.float32), targets, reduction="sum")
+
+        exploration = model.exploration()
         budget_term = self.budget_term(layers)
         entropy = self.relevance_entropy(layers)
-        rate = layers[0]["rate"]
         loss = (
             task_loss
             + sample_size * self.budget_weight * budget_term
-            - sample_size * self.exploration_weight * rate * entropy
+            - sample_size * self.exploration_weight * exploration.rate * entropy
         )
-        logging_output.update(self.budget_logs(layers, sample_size))
+        logging_output = self.budget_logs(layers, sample_size)
         logging_output.update(
             loss=loss.data,
             task_loss=task_loss.data,
+            ntokens=sample["ntokens"],
+            nsentences=sample_size,
+            sample_size=sample_size,
             budget_term=budget_term.data * sample_size,
             exploration_term=-entropy.data * sample_size,
             relevance_entropy=entropy.data * sample_size,
-            explore_rate=rate * sample_size,
-            temperature=layers[0]["temperature"] * sample_size,
+            explore_rate=exploration.rate * sample_size,
+            temperature=exploration.temperature * sample_size,
         )
+        if not self.regression_target:
+            logging_output["ncorrect"] = (logits.argmax(dim=1) == targets).sum()
         return loss, sample_size, logging_output
 
     def budget_term(self, layers: List[Dict[str, Tensor]]) -> Tensor:
+        if not layers:
+            return torch.zeros(())
         num_heads = layers[0]["selected"].size(1)
         ratios = torch.stack([layer["budget"] for layer in layers]) / num_heads  # L x B
         if self.target_head_ratio is None:
@@ -103,21 +117,24 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
     @staticmethod
     def relevance_entropy(layers: List[Dict[str, Tensor]]) -> Tensor:
         """Mean entropy of p over layers and examples, normalised to [0, 1] by log H."""
+        if not layers:
+            return torch.zeros(())
         p = torch.stack([layer["relevance"] for layer in layers])  # L x B x H
         entropy = -(p * p.clamp_min(1e-12).log()).sum(dim=-1) / math.log(p.size(-1))
         return entropy.mean()
 
     @staticmethod
     def budget_logs(layers: List[Dict[str, Tensor]], nsentences: int) -> Dict[str, Tensor]:
-        """Summable statistics: sums over examples, one key per layer."""
-        num_layers, num_heads = len(layers), layers[0]["selected"].size(1)
-        logs = {
-            f"heads_l{i}": layer["heads"].sum().float() for i, layer in enumerate(layers)
-        }
-        logs["heads"] = sum(logs.values())
+        """Summable statistics: sums over examples, two keys per layer (heads, and the
+        sentences that ran the layer: --encoder-layerdrop skips some)."""
+        logs = {}
+        for layer in layers:
+            logs[f"heads_l{layer['layer']}"] = layer["heads"].sum().float()
+            logs[f"sentences_l{layer['layer']}"] = nsentences
+        logs["heads"] = sum(layer["heads"].sum().float() for layer in layers)
         logs["budget"] = sum(layer["budget"].detach().sum() for layer in layers)
-        logs["layer_sentences"] = num_layers * nsentences
-        logs["head_slots"] = num_layers * num_heads * nsentences
+        logs["layer_sentences"] = len(layers) * nsentences
+        logs["head_slots"] = sum(layer["selected"].numel() for layer in layers)
         logs["attn_flops"] = sum(layer["attn_flops"] for layer in layers)
         logs["attn_flops_full"] = sum(layer["attn_flops_full"] for layer in layers)
         return logs
@@ -141,7 +158,8 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
             key=lambda k: int(k[len("heads_l"):]),
         )
         for key in layer_keys:
-            metrics.log_scalar(key, total(key) / nsentences, nsentences, round=2)
+            sentences = total("sentences_l" + key[len("heads_l"):])
+            metrics.log_scalar(key, total(key) / sentences, sentences, round=2)
         metrics.log_scalar("budget", total("budget") / layer_sentences, layer_sentences, round=2)
         flops_full = total("attn_flops_full")
         metrics.log_scalar("flops_ratio", total("attn_flops") / flops_full, flops_full, round=3)

@@ -1,9 +1,9 @@
 """BudgetFormer: RoBERTa's sentence encoder with budgeted attention in every layer."""
 
+import contextlib
 import logging
-from dataclasses import fields
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator
 
 import torch
 
@@ -15,58 +15,26 @@ from fairseq.models.transformer import TransformerConfig, TransformerEncoder
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr, safe_hasattr
 
-from ..config_checks import require
-from ..modules import BudgetConfig, BudgetedAttention, BudgetedEncoderLayer, Exploration
-from ..modules.budgeted_attention import parse_fixed_heads
+from ..config import BudgetConfig, require
+from ..modules import BudgetedAttention, BudgetedEncoderLayer, Exploration, exploration_at
 from .hub_interface import BudgetFormerHubInterface
 
 logger = logging.getLogger(__name__)
-ROUTER_PARAMETERS = (".relevance_proj.", ".budget_proj.")
-
-
-def budget_config_from_args(args) -> BudgetConfig:
-    return BudgetConfig(
-        **{f.name: safe_getattr(args, f.name, f.default) for f in fields(BudgetConfig)}
-    )
-
-
-def check_model_args(args):
-    """Fail at build time, naming the option, rather than after the first batch."""
-    heads, dim = args.encoder_attention_heads, args.encoder_embed_dim
-    require(dim % heads == 0, "encoder-embed-dim", f"divisible by --encoder-attention-heads ({heads})", dim)
-    require(1 <= args.min_heads <= heads, "min-heads", f"in [1, {heads}] (--encoder-attention-heads)", args.min_heads)
-    require(args.budget_mask_temperature > 0, "budget-mask-temperature", "> 0", args.budget_mask_temperature)
-    require(args.budget_pooling in ("mean", "first"), "budget-pooling", "one of mean, first", args.budget_pooling)
-    require(args.attention_path in ("fast", "reference"), "attention-path", "one of fast, reference", args.attention_path)
-    if args.initial_budget is not None:
-        require(args.min_heads <= args.initial_budget <= heads, "initial-budget",
-                f"in [--min-heads, {heads}]", args.initial_budget)
-    require(args.head_selection in ("learned", "static", "random"), "head-selection",
-            "one of learned, static, random", args.head_selection)
-    if args.head_selection == "learned":
-        require(args.fixed_heads is None, "fixed-heads",
-                "unset unless --head-selection is static or random", args.fixed_heads)
-    else:
-        parse_fixed_heads(args.fixed_heads, args.encoder_layers, heads, args.min_heads)
 
 
 class BudgetTransformerEncoder(TransformerEncoder):
     """fairseq's TransformerEncoder whose layers are budgeted and whose forward also
     returns every layer's budget statistics (``encoder_out["budget"]``)."""
 
-    def __init__(self, args, dictionary, embed_tokens):
+    def __init__(self, args, dictionary, embed_tokens, budget: BudgetConfig):
+        # read by build_encoder_layer, which super().__init__ calls once per layer
+        self.budget = budget
+        self.layer_heads = enumerate(budget.heads_per_layer(args.encoder_layers, args.encoder_attention_heads))
         super().__init__(args, dictionary, embed_tokens)
-        if args.head_selection != "learned":  # the baselines' fixed budget of each layer
-            per_layer = parse_fixed_heads(
-                args.fixed_heads, len(self.layers), args.encoder_attention_heads, args.min_heads
-            )
-            for layer, heads in zip(self.layers, per_layer):
-                layer.self_attn.fixed_heads = heads
+        del self.layer_heads
 
     def build_encoder_layer(self, cfg):
-        return BudgetedEncoderLayer(
-            TransformerConfig.from_namespace(cfg), budget_config_from_args(self.args)
-        )
+        return BudgetedEncoderLayer(TransformerConfig.from_namespace(cfg), self.budget, *next(self.layer_heads))
 
     def forward_scriptable(
         self, src_tokens, src_lengths=None, return_all_hiddens=False, token_embeddings=None
@@ -96,13 +64,13 @@ class BudgetTransformerEncoder(TransformerEncoder):
             "fc_results": [],
             "src_tokens": [],
             "src_lengths": [(~padding_mask).sum(dim=1, dtype=torch.int32).reshape(-1, 1)],
-            "budget": layer_stats,  # List[Dict[str, Tensor]], one per layer
+            "budget": layer_stats,  # List[Dict[str, Tensor]], one per layer run
         }
 
 
 class BudgetFormerEncoder(RobertaEncoder):
     def build_encoder(self, args, dictionary, embed_tokens):
-        encoder = BudgetTransformerEncoder(args, dictionary, embed_tokens)
+        encoder = BudgetTransformerEncoder(args, dictionary, embed_tokens, BudgetConfig.fill_args(args))
         encoder.apply(init_bert_params)
         return encoder
 
@@ -121,7 +89,9 @@ class BudgetFormerEncoder(RobertaEncoder):
 class BudgetFormerModel(RobertaModel):
     """RoBERTa-style classifier whose attention layers choose, per input, how many
     heads to run and which. ``model(tokens)[1]["budget"]`` holds each layer's
-    statistics; ``set_exploration`` is driven by the task's schedule."""
+    statistics. The model owns its exploration schedule (a function of the update
+    number fairseq hands it), and :meth:`forced_heads` fixes every layer's budget
+    inside a ``with`` block."""
 
     @classmethod
     def hub_models(cls):
@@ -158,15 +128,20 @@ class BudgetFormerModel(RobertaModel):
         model = loaded["models"][0].eval()
         return BudgetFormerHubInterface(loaded["args"], loaded["task"], model)
 
+    def __init__(self, args, encoder):
+        super().__init__(args, encoder)  # applies init_bert_params to every nn.Linear ...
+        for attention in self.budgeted_attentions():  # ... so the routers are re-initialised
+            attention.router.reset_parameters()
+        self.budget = BudgetConfig.fill_args(args)
+        self.num_updates = 0
+
     def upgrade_state_dict_named(self, state_dict, name):
         """Warm start: a RoBERTa state dict (every key but the head routers) loads as is;
         the routers keep their fresh initialisation, which starts at full budget, so
         the warm-started model computes what RoBERTa computes."""
-        super().upgrade_state_dict_named(state_dict, name)
+        super().upgrade_state_dict_named(state_dict, name)  # the children rename old keys
         prefix = name + "." if name else ""
-        router = {
-            k: v for k, v in self.state_dict().items() if any(p in k for p in ROUTER_PARAMETERS)
-        }
+        router = {k: v for k, v in self.state_dict().items() if ".router." in k}
         new = [k for k in router if prefix + k not in state_dict]
         if new and len(new) == len(router):  # a checkpoint without routers: RoBERTa
             for k in new:
@@ -178,11 +153,6 @@ class BudgetFormerModel(RobertaModel):
                 "parameters (%s, ...) start at full budget; keys not in this model: %s",
                 len(new), new[0], dropped or "none",
             )
-
-    def __init__(self, args, encoder):
-        super().__init__(args, encoder)  # applies init_bert_params to every nn.Linear ...
-        for attention in self.budgeted_attentions():  # ... so the router is re-initialised
-            attention.reset_router_parameters()
 
     @staticmethod
     def add_args(parser):
@@ -196,7 +166,9 @@ class BudgetFormerModel(RobertaModel):
         if OmegaConf.is_config(args):
             OmegaConf.set_struct(args, False)
         budgetformer_architecture(args)
-        check_model_args(args)
+        heads, dim = args.encoder_attention_heads, args.encoder_embed_dim
+        require(dim % heads == 0, "encoder_embed_dim", f"divisible by --encoder-attention-heads ({heads})", dim)
+        BudgetConfig.fill_args(args).check(args.encoder_layers, heads)
         if not safe_hasattr(args, "max_positions"):
             if not safe_hasattr(args, "tokens_per_sample"):
                 args.tokens_per_sample = task.max_positions()
@@ -209,22 +181,30 @@ class BudgetFormerModel(RobertaModel):
     def budgeted_attentions(self) -> Iterator[BudgetedAttention]:
         return (m for m in self.modules() if isinstance(m, BudgetedAttention))
 
-    def set_exploration(self, exploration: Exploration):
-        for attention in self.budgeted_attentions():
-            attention.exploration = exploration
+    def set_num_updates(self, num_updates):
+        """fairseq calls this on every update and after loading a checkpoint; the
+        routers (submodules) receive it too and explore accordingly."""
+        self.num_updates = num_updates
+        super().set_num_updates(num_updates)
 
-    def force_heads(self, heads: Optional[int]):
-        """Run exactly ``heads`` heads per layer for every input (None: the learned budget)."""
-        for attention in self.budgeted_attentions():
-            if heads is not None and not 1 <= heads <= attention.num_heads:
-                raise ValueError(f"forced heads must be in [1, {attention.num_heads}], got {heads}")
-            attention.forced_heads = heads
+    def exploration(self) -> Exploration:
+        """The exploration of the current update (none at evaluation)."""
+        return exploration_at(self.budget, self.num_updates, self.training)
+
+    @contextlib.contextmanager
+    def forced_heads(self, heads: int) -> Iterator[None]:
+        """Inside ``with model.forced_heads(k):`` every layer runs exactly ``k`` heads for
+        every input (its most relevant ones); the learned budgets again after the block,
+        even when it raises. For benchmarks and ablations."""
+        with contextlib.ExitStack() as stack:
+            for attention in self.budgeted_attentions():
+                stack.enter_context(attention.router.forced(heads))
+            yield
 
 
 @register_model_architecture("budgetformer", "budgetformer")
 def budgetformer_architecture(args):
-    for f in fields(BudgetConfig):
-        setattr(args, f.name, safe_getattr(args, f.name, f.default))
+    BudgetConfig.fill_args(args)
     roberta_architecture(args)
 
 

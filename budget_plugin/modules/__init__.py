@@ -1,4 +1,7 @@
-from .budgeted_attention import BudgetConfig, BudgetedAttention, Exploration
+from .budgeted_attention import BudgetedAttention
 from .budgeted_encoder_layer import BudgetedEncoderLayer
+from .exploration import Exploration, exploration_at
+from . import head_subset
+from .router import HeadRoute, HeadRouter
 
-__all__ = ["BudgetConfig", "BudgetedAttention", "BudgetedEncoderLayer", "Exploration"]
+__all__ = ["BudgetedAttention", "BudgetedEncoderLayer", "Exploration", "HeadRoute", "HeadRouter", "exploration_at"]

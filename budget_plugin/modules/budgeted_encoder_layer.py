@@ -6,24 +6,30 @@ from torch import Tensor
 
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 
-from .budgeted_attention import BudgetConfig, BudgetedAttention
+from ..config import BudgetConfig
+from .budgeted_attention import BudgetedAttention
 
 
 class BudgetedEncoderLayer(TransformerEncoderLayerBase):
     """A post-/pre-norm encoder layer whose attention runs a per-input head budget.
 
     ``forward`` returns ``(x, stats)``: the layer's statistics travel to the criterion
-    through return values (collected by :class:`BudgetTransformerEncoder`)."""
+    through return values (collected by the encoder into ``extra["budget"]``);
+    ``stats["layer"]`` is the layer's index, which ``--encoder-layerdrop`` makes
+    differ from its place in that list."""
 
-    def __init__(self, cfg, budget: BudgetConfig):
-        self.budget = budget  # read by build_self_attention, called from super().__init__
+    def __init__(self, cfg, budget: BudgetConfig, index: int, fixed_heads: float):
+        # read by build_self_attention, which super().__init__ calls
+        self.budget, self.fixed_heads = budget, fixed_heads
         super().__init__(cfg)
+        self.index = index
 
     def build_self_attention(self, embed_dim, cfg):
         return BudgetedAttention(
             embed_dim,
             cfg.encoder.attention_heads,
             self.budget,
+            self.fixed_heads,
             dropout=cfg.attention_dropout,
             q_noise=self.quant_noise,
             qn_block_size=self.quant_noise_block_size,
@@ -35,12 +41,11 @@ class BudgetedEncoderLayer(TransformerEncoderLayerBase):
         encoder_padding_mask: Optional[Tensor],
         attn_mask: Optional[Tensor] = None,
     ) -> Tuple[Tensor, Dict[str, Tensor]]:
-        if attn_mask is not None:
-            raise NotImplementedError("budgeted attention does not take an attn_mask")
         residual = x
         if self.normalize_before:
             x = self.self_attn_layer_norm(x)
-        x, stats = self.self_attn.forward_budgeted(x, encoder_padding_mask)
+        x, stats = self.self_attn(x, key_padding_mask=encoder_padding_mask, attn_mask=attn_mask)
+        stats["layer"] = self.index
         x = self.residual_connection(self.dropout_module(x), residual)
         if not self.normalize_before:
             x = self.self_attn_layer_norm(x)

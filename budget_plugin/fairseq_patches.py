@@ -1,4 +1,6 @@
-"""Checkpoints are data, not code, and never half-written.
+"""The two changes importing the plugin makes to fairseq and torch, in one place
+(:func:`apply`, called once by ``budget_plugin/__init__.py``). Both are features:
+checkpoints are data, not code, and never half-written.
 
 **Safe loading.** torch's safe loader (``weights_only=True``, the default since torch
 2.6) reads fairseq checkpoints once one type is allowed. fairseq converts its hydra
@@ -51,3 +53,9 @@ def atomic_checkpoint_copies():
 
     copy.budget_plugin_atomic = True
     PathManager.copy = staticmethod(copy)
+
+
+def apply():
+    """Both patches; idempotent."""
+    allow_fairseq_checkpoints()  # fairseq-validate and resuming under torch >= 2.6
+    atomic_checkpoint_copies()  # a kill never leaves a half-written checkpoint_last.pt

@@ -1,0 +1,161 @@
+"""The options of BudgetFormer's attention (model options: ``--min-heads``,
+``--head-selection``, the exploration schedule, ...) and the one place they are checked."""
+
+import enum
+from dataclasses import dataclass, field, fields
+from typing import List, Optional
+
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from fairseq.utils import safe_getattr
+
+POOLING_CHOICES = ChoiceEnum(["mean", "first"])
+ATTENTION_PATH_CHOICES = ChoiceEnum(["fast", "reference"])
+HEAD_SELECTION_CHOICES = ChoiceEnum(["learned", "static", "random"])
+SCHEDULE_CHOICES = ChoiceEnum(["linear", "cosine"])
+
+
+def require(ok: bool, option: str, allowed: str, value):
+    """Refuse a bad setting when the model is built, naming the option and its range."""
+    if not ok:
+        raise ValueError(f"--{option.replace('_', '-')} must be {allowed}, got {value!r}")
+
+
+@dataclass
+class BudgetConfig(FairseqDataclass):
+    """Options of the budgeted attention, shared by every layer of a model."""
+
+    min_heads: int = field(
+        default=1, metadata={"help": "fewest heads a layer runs for any input (m)"}
+    )
+    budget_pooling: POOLING_CHOICES = field(
+        default="mean",
+        metadata={
+            "help": "summary the router reads: masked mean of the layer input over "
+            "non-padding tokens, or the first token (<s>)"
+        },
+    )
+    budget_mask_temperature: float = field(
+        default=0.5,
+        metadata={
+            "help": "temperature t of the soft head-count mask "
+            "sigmoid((b - rank - 0.5) / t) that carries the task gradient to the budget"
+        },
+    )
+    initial_budget: Optional[float] = field(
+        default=None,
+        metadata={
+            "help": "budget b (in heads) the predictor starts at; default H - 0.25, "
+            "which rounds to H: training (and a warm start from RoBERTa) begins at "
+            "full attention"
+        },
+    )
+    attention_path: ATTENTION_PATH_CHOICES = field(
+        default="fast",
+        metadata={
+            "help": "inference path: 'fast' computes only the selected heads, "
+            "'reference' computes every head and zeroes the unselected ones"
+        },
+    )
+    head_selection: HEAD_SELECTION_CHOICES = field(
+        default="learned",
+        metadata={
+            "help": "'learned': BudgetFormer's per-input budget and relevance. Baselines "
+            "with a fixed budget (--fixed-heads): 'static' learns one head subset per "
+            "layer shared by every input; 'random' draws each input's heads uniformly"
+        },
+    )
+    fixed_heads: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "heads per layer for --head-selection static/random: one number, or "
+            "one per layer separated by commas; 'random' meets a fractional number on "
+            "average (k drawn from its floor and ceiling), 'static' rounds it"
+        },
+    )
+    # The exploration schedule: a function of the update number, which fairseq hands
+    # the model (set_num_updates) and restores on resume.
+    exploration_updates: int = field(
+        default=0,
+        metadata={
+            "help": "updates over which exploration anneals from rate 1 to 0; after "
+            "them head choice is pure top-k exploitation. 0 (the default): no "
+            "exploration, which trained better in this project's study and sweep"
+        },
+    )
+    exploration_schedule: SCHEDULE_CHOICES = field(
+        default="linear",
+        metadata={"help": "shape of the annealing of the exploration rate from 1 to 0"},
+    )
+    exploration_noise: float = field(
+        default=1.0,
+        metadata={
+            "help": "Gumbel noise scale on the relevance logits at rate 1 "
+            "(1.0 = heads sampled without replacement from p)"
+        },
+    )
+    exploration_uniform: float = field(
+        default=0.1,
+        metadata={
+            "help": "probability, at rate 1, that an example ranks its heads "
+            "uniformly at random (epsilon-greedy)"
+        },
+    )
+    temperature_start: float = field(
+        default=2.0,
+        metadata={"help": "softmax temperature of the relevance distribution at rate 1"},
+    )
+    temperature_end: float = field(
+        default=1.0,
+        metadata={"help": "softmax temperature at rate 0, and at evaluation"},
+    )
+
+    @classmethod
+    def fill_args(cls, args) -> "BudgetConfig":
+        """Give ``args`` (a Namespace or an omegaconf config) every option it lacks,
+        at its default, and return them as a config."""
+        for f in fields(cls):
+            setattr(args, f.name, safe_getattr(args, f.name, f.default))
+        return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+
+    def check(self, num_layers: int, num_heads: int):
+        """Every check of these options, before any module is built."""
+        for f in fields(self):  # choices: hydra and the hub pass them unchecked
+            if isinstance(f.type, type) and issubclass(f.type, enum.Enum):
+                choices = [str(c) for c in f.type]
+                require(str(getattr(self, f.name)) in choices, f.name, f"one of {', '.join(choices)}",
+                        getattr(self, f.name))
+        require(1 <= self.min_heads <= num_heads, "min_heads",
+                f"in [1, {num_heads}] (--encoder-attention-heads)", self.min_heads)
+        require(self.budget_mask_temperature > 0, "budget_mask_temperature", "> 0", self.budget_mask_temperature)
+        if self.initial_budget is not None:
+            require(self.min_heads <= self.initial_budget <= num_heads, "initial_budget",
+                    f"in [--min-heads, {num_heads}]", self.initial_budget)
+        if self.head_selection == "learned":
+            require(self.fixed_heads is None, "fixed_heads",
+                    "unset unless --head-selection is static or random", self.fixed_heads)
+        self.heads_per_layer(num_layers, num_heads)
+        require(self.exploration_updates >= 0, "exploration_updates", ">= 0", self.exploration_updates)
+        require(self.exploration_noise >= 0, "exploration_noise", ">= 0", self.exploration_noise)
+        require(0 <= self.exploration_uniform <= 1, "exploration_uniform", "in [0, 1]", self.exploration_uniform)
+        require(self.temperature_start > 0, "temperature_start", "> 0", self.temperature_start)
+        require(self.temperature_end > 0, "temperature_end", "> 0", self.temperature_end)
+
+    def heads_per_layer(self, num_layers: int, num_heads: int) -> List[float]:
+        """The fixed budget of each layer: '--fixed-heads 3.9' or '4,3.5,4,4' -> one
+        float per layer (every layer at ``num_heads`` for the learned budget)."""
+        if self.head_selection == "learned":
+            return [float(num_heads)] * num_layers
+        try:
+            values = [float(v) for v in str(self.fixed_heads).split(",")]
+        except ValueError:
+            values = []
+        if len(values) == 1:
+            values *= num_layers
+        require(
+            len(values) == num_layers and all(self.min_heads <= v <= num_heads for v in values),
+            "fixed_heads",
+            f"one number or {num_layers} comma-separated numbers (one per layer), each in "
+            f"[--min-heads, {num_heads}]",
+            self.fixed_heads,
+        )
+        return values

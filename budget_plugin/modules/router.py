@@ -1,0 +1,174 @@
+"""The head router: for every input, how many heads a layer runs and which.
+
+From a summary ``s`` of the layer input it predicts
+
+* a head budget   ``b(x) = m + (H - m) * sigmoid(w_b . s + c_b)``  in ``[m, H]``,
+* a relevance     ``p(x) = softmax(W_r s / temperature)``           over the H heads,
+
+and selects the ``k = clamp(round(b), m, H)`` most relevant heads. Training needs
+gradients for both discrete choices (which heads, how many): the gate of head h has
+the forward value of the hard selection (0 or 1, so a layer at full budget *is* a
+standard attention layer) and straight-through gradients,
+
+    gate_h = sel_h + ST(sigmoid((b - rank_h - 0.5) / t)) + ST(H * p_h),    ST(z) = z - z.detach()
+
+The soft count mask gives the budget predictor the task gradient of adding or dropping
+the heads next to its boundary; the relevance term moves probability towards heads
+whose output lowers the loss (a first-order estimate, available for every head
+because training computes all of them).
+
+The baselines (``--head-selection static|random``) replace the predictor by a fixed
+budget per layer: one learned relevance shared by every input, or uniform draws.
+"""
+
+import contextlib
+import math
+from typing import Iterator, NamedTuple, Optional
+
+import torch
+from torch import Tensor, nn
+
+from ..config import BudgetConfig
+from .exploration import Exploration, exploration_at
+
+
+class HeadRoute(NamedTuple):
+    budget: Tensor  # B, continuous budget b(x) (differentiable)
+    heads: Tensor  # B, heads run per example: k = clamp(round(b), m, H)
+    selected: Tensor  # B x H, bool
+    gate: Tensor  # B x H, forward value == selected; straight-through gradients
+    relevance: Tensor  # B x H, p(x)
+
+
+def straight_through(z: Tensor) -> Tensor:
+    """Zero in the forward pass, the gradient of ``z`` in the backward pass."""
+    return z - z.detach()
+
+
+def ranks(scores: Tensor) -> Tensor:
+    """Rank of every entry along the last dimension, 0 = highest score."""
+    order = scores.argsort(dim=-1, descending=True, stable=True)
+    return order.argsort(dim=-1, stable=True)
+
+
+def summarize(x: Tensor, key_padding_mask: Optional[Tensor], pooling: str) -> Tensor:
+    """T x B x C -> B x C, blind to padding: the first token, or the masked mean."""
+    if pooling == "first":
+        return x[0]
+    if key_padding_mask is None:
+        return x.mean(dim=0)
+    keep = (~key_padding_mask.bool()).type_as(x).unsqueeze(1)  # B x 1 x T
+    # one batched product on a view of x: no T x B x C temporary, unlike (x * keep).sum(0)
+    total = torch.bmm(keep, x.transpose(0, 1)).squeeze(1)  # B x C
+    return total / keep.sum(dim=-1).clamp_min(1.0)
+
+
+class HeadRouter(nn.Module):
+    """The router of one layer: ``relevance_proj`` (C -> H) and ``budget_proj``
+    (C -> 1); ``static_logits`` (H) or the ``random_seed`` buffer for the baselines."""
+
+    def __init__(self, embed_dim: int, num_heads: int, cfg: BudgetConfig, fixed_heads: float):
+        super().__init__()
+        self.cfg = cfg
+        self.num_heads = num_heads
+        self.fixed_heads = fixed_heads  # this layer's budget for static/random
+        self.relevance_proj = nn.Linear(embed_dim, num_heads)
+        self.budget_proj = nn.Linear(embed_dim, 1)
+        if cfg.head_selection == "static":  # one relevance for every input
+            self.static_logits = nn.Parameter(torch.zeros(num_heads))
+        if cfg.head_selection == "random":
+            # seeds the draws at inference; a buffer, so that a checkpoint replays them
+            self.register_buffer("random_seed", torch.randint(1 << 62, ()))
+        self._generator: Optional[torch.Generator] = None
+        self.num_updates = 0
+        self.forced_heads: Optional[int] = None  # only inside forced()
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """Near-uniform relevance, and a budget that starts at ``--initial-budget``.
+
+        Called again by the model after RoBERTa's ``init_bert_params`` has re-initialised
+        every ``nn.Linear``."""
+        H, m, start = self.num_heads, self.cfg.min_heads, self.cfg.initial_budget
+        start = H - 0.25 if start is None else start
+        fraction = min(max((start - m) / (H - m), 1e-3), 1 - 1e-3) if H > m else 0.5
+        nn.init.normal_(self.relevance_proj.weight, std=0.02)
+        if self.cfg.head_selection == "static":
+            nn.init.normal_(self.static_logits, std=0.02)
+        nn.init.zeros_(self.relevance_proj.bias)
+        nn.init.zeros_(self.budget_proj.weight)
+        nn.init.constant_(self.budget_proj.bias, math.log(fraction / (1 - fraction)))
+
+    def set_num_updates(self, num_updates: int):
+        """fairseq calls this on every update (and after loading a checkpoint)."""
+        self.num_updates = num_updates
+
+    @contextlib.contextmanager
+    def forced(self, heads: int) -> Iterator[None]:
+        """Run exactly ``heads`` heads for every input inside the block (the most
+        relevant ones); the router's own budget again after it, even on error."""
+        if not 1 <= heads <= self.num_heads:
+            raise ValueError(f"forced heads must be in [1, {self.num_heads}], got {heads}")
+        self.forced_heads = heads
+        try:
+            yield
+        finally:
+            self.forced_heads = None
+
+    def rank_heads(self, logits: Tensor, exploration: Exploration) -> Tensor:
+        """Rank of every head (0 = most relevant), explored while training.
+
+        Gumbel noise of scale 1 on ``logits / temperature`` makes the top-k a sample
+        without replacement from p (Gumbel-top-k); with probability ``uniform`` an
+        example's ranking is replaced by a uniformly random permutation."""
+        scores = logits.detach() / exploration.temperature
+        noise, uniform = exploration.noise, exploration.uniform
+        if self.training and (noise > 0 or uniform > 0):
+            gumbel = -torch.empty_like(scores).exponential_().log()
+            scores = scores + noise * gumbel
+            if uniform > 0:
+                at_random = torch.rand_like(scores[:, :1]) < uniform
+                scores = torch.where(at_random, gumbel, scores)
+        return ranks(scores)
+
+    def uniform_draw(self, shape, device) -> Tensor:
+        """Uniform numbers for --head-selection random: the global (per-update seeded)
+        generator while training, the layer's own seeded one at inference."""
+        if self.training:
+            return torch.rand(shape, device=device)
+        if self._generator is None or self._generator.device != torch.device(device):
+            self._generator = torch.Generator(device=device).manual_seed(int(self.random_seed))
+        return torch.rand(shape, device=device, generator=self._generator)
+
+    def forward(self, x: Tensor, key_padding_mask: Optional[Tensor]) -> HeadRoute:
+        """x: T x B x C (the attention's input)."""
+        H, m, B = self.num_heads, self.cfg.min_heads, x.size(1)
+        exploration = exploration_at(self.cfg, self.num_updates, self.training)
+        selection = self.cfg.head_selection
+        if selection == "learned":
+            summary = summarize(x, key_padding_mask, self.cfg.budget_pooling)
+            logits = self.relevance_proj(summary).float()
+            budget = m + (H - m) * torch.sigmoid(self.budget_proj(summary).float().squeeze(-1))
+            heads = budget.detach().round().clamp(m, H).long()
+        else:  # baselines: a fixed budget, no router
+            budget = x.new_full((B,), self.fixed_heads, dtype=torch.float)
+            if selection == "static":
+                logits = self.static_logits.float().expand(B, H)
+                heads = budget.round().long()
+            else:  # floor or ceiling, so that the mean is the fractional budget
+                logits = x.new_zeros((B, H), dtype=torch.float)
+                fraction = self.fixed_heads - math.floor(self.fixed_heads)
+                heads = math.floor(self.fixed_heads) + (self.uniform_draw(B, x.device) < fraction).long()
+        if self.forced_heads is not None:
+            heads = torch.full_like(heads, self.forced_heads)
+        relevance = torch.softmax(logits / exploration.temperature, dim=-1)
+        if selection == "random":
+            rank = ranks(self.uniform_draw((B, H), x.device))
+        else:
+            rank = self.rank_heads(logits, exploration)
+        selected = rank < heads.unsqueeze(-1)
+        soft_count = torch.sigmoid(
+            (budget.unsqueeze(-1) - rank.to(budget.dtype) - 0.5) / self.cfg.budget_mask_temperature
+        )
+        gate = selected.to(budget.dtype) + straight_through(soft_count) + straight_through(H * relevance)
+        return HeadRoute(budget, heads, selected, gate, relevance)

@@ -1,0 +1,52 @@
+"""Checkpoints written before the plugin's refactor (issue 16) load and score the same.
+
+tests/fixtures/legacy/ holds three tiny BudgetFormers (learned budget trained with
+exploration, static and random baselines) trained by the code of commit 2f6b17b, and
+what that code computed on them (make.py wrote them). Their router parameters sit on
+the attention module (``self_attn.budget_proj.weight``) and their exploration options
+in the task's config: both must be upgraded on load."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import PLUGIN_DIR, parse_metrics, run
+from fairseq import checkpoint_utils
+
+LEGACY = Path(__file__).resolve().parent / "fixtures" / "legacy"
+SYSTEMS = ("learned", "static", "random")
+
+
+@pytest.fixture(scope="module")
+def expected():
+    return torch.load(LEGACY / "expected.pt", weights_only=True)
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_legacy_checkpoint_computes_what_it_computed(system, expected):
+    state = torch.load(LEGACY / f"{system}.pt", weights_only=True)
+    assert any(".self_attn.budget_proj." in k for k in state["model"]), "the fixture has the old keys"
+    models, _, _ = checkpoint_utils.load_model_ensemble_and_task(
+        [str(LEGACY / f"{system}.pt")], arg_overrides={"data": str(LEGACY / "data")}
+    )
+    model = models[0].eval()
+    with torch.no_grad():
+        logits, extra = model(expected["tokens"], features_only=True,
+                              classification_head_name="sentence_classification_head")
+    torch.testing.assert_close(logits, expected[f"{system}.logits"], rtol=0, atol=0)  # the same arithmetic
+    for i, layer in enumerate(extra["budget"]):
+        assert torch.equal(layer["selected"], expected[f"{system}.selected.{i}"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_legacy_checkpoint_validates_the_same(system):
+    output = run(["fairseq-validate", LEGACY / "data", "--user-dir", PLUGIN_DIR, "--path", LEGACY / f"{system}.pt",
+                  "--task", "budget_sentence_prediction", "--criterion", "budget_sentence_prediction",
+                  "--batch-size", 16, "--cpu", "--num-workers", 0])
+    line = [l for l in output.splitlines() if "valid on 'valid' subset" in l][-1]
+    found = {k: v for k, v in parse_metrics(line).items() if k not in ("wps", "wpb", "wall")}
+    before = json.loads((LEGACY / "expected_validate.json").read_text())[system]
+    assert found == before
