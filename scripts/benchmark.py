@@ -19,17 +19,16 @@ checkpoint keeps its trained router.
 Measured per cell and implementation (eval mode, ``torch.no_grad``):
 
 * FLOPs with ``torch.utils.flop_counter.FlopCounterMode`` for the whole forward pass and
-  for the attention blocks. FlopCounterMode has no formula for the CPU kernel of
-  ``scaled_dot_product_attention`` (``_scaled_dot_product_flash_attention_for_cpu``), so
-  the benchmark registers torch's own SDPA formula (``sdpa_flop_count``) for it;
+  for the attention blocks (``budget_plugin.modules.flops.measure_flops``, which also
+  counts the CPU kernel of ``scaled_dot_product_attention``);
 * latency (milliseconds, median of ``--repeats`` timed runs after warm-up; the
   implementations are interleaved within each repeat so that they share the machine's
   noise, and the one that goes first rotates from repeat to repeat) of the whole
   forward (``model(tokens, features_only=True)``) and of the
   attention blocks: every layer's attention module run standalone on the hidden states
-  that enter that layer in the stock model (stock ``self_attn(x, x, x,
-  key_padding_mask=m, need_weights=False)`` vs ``self_attn.forward_budgeted(x, m)``,
-  router included), summed over layers;
+  that enter that layer in the stock model, called as the layers call it
+  (``self_attn(x, x, x, key_padding_mask=m, need_weights=False)``, router included),
+  summed over layers;
 * peak memory (bytes allocated above what was held before the call): on CPU from
   ``torch.profiler`` memory events (``profile_memory=True``), on CUDA from
   ``torch.cuda.max_memory_allocated``;
@@ -59,33 +58,23 @@ interrupted run leaves the cells done so far); the table is printed at the end.
 
 import argparse
 import contextlib
-import json
-import math
 import os
-import platform
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, ContextManager, Dict, List, Optional
+
+import torch
+
+from budget_plugin.modules.flops import measure_flops
+from budget_plugin.tools.building import build_model, size_of, size_options
+from budget_plugin.tools.files import write_atomic, write_json
+from budget_plugin.tools.timing import machine_info, rotation, sync
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-import torch  # noqa: E402
-
-import budget_plugin  # noqa: E402,F401  (registers the plugin, allow-lists checkpoint types)
-from budget_plugin.models.budgetformer import BudgetFormerModel  # noqa: E402
-from fairseq.data import Dictionary  # noqa: E402
-from fairseq.models import ARCH_CONFIG_REGISTRY  # noqa: E402
-from fairseq.models.roberta import RobertaModel  # noqa: E402
-
-SIZES = {  # layers, embed dim, ffn dim, heads (the budgetformer_* architectures)
-    "small": (4, 256, 1024, 8),
-    "base": (12, 768, 3072, 12),
-}
+SIZES = {"small": "budgetformer_small", "base": "budgetformer_base"}  # sizes read from the registry
 VOCAB = 1000
 MAX_POSITIONS = 512
 PADDING = (
@@ -103,63 +92,30 @@ QUICK = dict(sizes=["small"], batch_sizes=[1, 8], seq_lens=[64], repeats=3, trai
 # ----------------------------------------------------------------------- models
 
 
-class _Task:
-    def __init__(self, dictionary, max_positions=MAX_POSITIONS):
-        self.source_dictionary = dictionary
-        self._max_positions = max_positions
-
-    def max_positions(self):
-        return self._max_positions
-
-
-def _dictionary(size: int) -> Dictionary:
-    dictionary = Dictionary()
-    while len(dictionary) < size:
-        dictionary.add_symbol(f"w{len(dictionary)}")
-    return dictionary
-
-
-def _namespace(arch: str, layers: int, dim: int, ffn: int, heads: int, **extra):
-    return argparse.Namespace(
-        arch=arch, encoder_layers=layers, encoder_embed_dim=dim, encoder_ffn_embed_dim=ffn,
-        encoder_attention_heads=heads, max_positions=MAX_POSITIONS, **extra,
-    )
-
-
-def build_stock(dims, vocab: int = VOCAB, like: Optional[argparse.Namespace] = None) -> RobertaModel:
-    """fairseq's own RoBERTa encoder (standard MultiheadAttention); ``like``: copy every
-    option of that (BudgetFormer) model's namespace, e.g. a checkpoint's."""
-    args = argparse.Namespace(**vars(like)) if like is not None else _namespace("roberta", *dims)
-    args.arch = "roberta"
-    ARCH_CONFIG_REGISTRY["roberta"](args)
-    return RobertaModel.build_model(args, _Task(_dictionary(vocab), args.max_positions))
-
-
-def build_budgetformer(dims, vocab: int = VOCAB, args=None) -> BudgetFormerModel:
-    if args is None:
-        args = _namespace("budgetformer", *dims)
-    ARCH_CONFIG_REGISTRY.get(args.arch, ARCH_CONFIG_REGISTRY["budgetformer"])(args)
-    return BudgetFormerModel.build_model(args, _Task(_dictionary(vocab), args.max_positions))
-
-
-ROUTER_KEYS = ("relevance_proj", "budget_proj")
+def build_pair(arch: str, vocab: int = VOCAB):
+    """fairseq's own RoBERTa encoder (standard MultiheadAttention) and a BudgetFormer of
+    the architecture's size with the same weights."""
+    stock = build_model("roberta", vocab, max_positions=MAX_POSITIONS, **size_options(arch))
+    budget = build_model(arch, vocab, max_positions=MAX_POSITIONS)
+    copy_weights(stock.state_dict(), budget)
+    return stock, budget
 
 
 def copy_weights(source_state: Dict[str, torch.Tensor], target: torch.nn.Module):
     """Load every encoder weight the target has (the router and heads may be missing)."""
     state = {k: v for k, v in source_state.items() if not k.startswith("classification_heads.")}
     missing, unexpected = target.load_state_dict(state, strict=False)
-    missing = [k for k in missing if not any(r in k for r in ROUTER_KEYS)]
-    unexpected = [k for k in unexpected if not any(r in k for r in ROUTER_KEYS)]
+    missing = [k for k in missing if ".router." not in k]
+    unexpected = [k for k in unexpected if ".router." not in k]
     if missing or unexpected:
         raise RuntimeError(f"weights do not match: missing {missing[:5]}, unexpected {unexpected[:5]}")
 
 
-def randomise_relevance(model: BudgetFormerModel, seed: int = 0):
+def randomise_relevance(model, seed: int = 0):
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for attention in model.budgeted_attentions():
-            w = attention.relevance_proj.weight
+            w = attention.router.relevance_proj.weight
             w.copy_(torch.randn(w.shape, generator=generator).to(w))
 
 
@@ -167,7 +123,7 @@ def load_checkpoint(path: str):
     """A BudgetFormer checkpoint (fairseq-train's or a bare {'model', 'cfg'|'args'} dict),
     read with torch's safe loader (``weights_only=True``; ``import budget_plugin``
     allow-lists the argparse.Namespace a legacy fairseq model keeps in its config).
-    Returns (budgetformer, its dims, vocabulary size)."""
+    Returns (budgetformer, vocabulary size)."""
     state = torch.load(path, map_location="cpu", weights_only=True)
     args = None
     if state.get("cfg") is not None:
@@ -178,35 +134,13 @@ def load_checkpoint(path: str):
         args = argparse.Namespace(**dict(args)) if args is not None else argparse.Namespace(arch="budgetformer")
     weights = state["model"]
     vocab = weights["encoder.sentence_encoder.embed_tokens.weight"].shape[0]
-    model = build_budgetformer(None, vocab=vocab, args=args)
+    arch = args.arch if str(getattr(args, "arch", "")).startswith("budgetformer") else "budgetformer"
+    model = build_model(arch, vocab, args=args)
     copy_weights(weights, model)
-    dims = (args.encoder_layers, args.encoder_embed_dim, args.encoder_ffn_embed_dim, args.encoder_attention_heads)
-    return model, dims, vocab
+    return model, vocab
 
 
 # ----------------------------------------------------------------------- measuring
-
-
-def _sdpa_cpu_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs):
-    from torch.utils.flop_counter import sdpa_flop_count
-
-    return sdpa_flop_count(query_shape, key_shape, value_shape)
-
-
-def _flop_counter():
-    from torch.utils.flop_counter import FlopCounterMode
-
-    mapping = {}
-    op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-    if op is not None:
-        mapping[op] = _sdpa_cpu_flops
-    return FlopCounterMode(display=False, custom_mapping=mapping)
-
-
-def count_flops(fn: Callable[[], object]) -> int:
-    with _flop_counter() as counter:
-        fn()
-    return int(counter.get_total_flops())
 
 
 def peak_memory(fn: Callable[[], object], device: torch.device) -> int:
@@ -234,11 +168,6 @@ def peak_memory(fn: Callable[[], object], device: torch.device) -> int:
     return int(peak)
 
 
-def _sync(device: torch.device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 @dataclass
 class Impl:
     name: str  # fairseq_mha | budgetformer
@@ -246,7 +175,7 @@ class Impl:
     budget: Optional[str]  # None (stock) | "forced" | "learned"
     forward: Callable[[], object]
     attention: Callable[[], object]
-    prepare: Callable[[], None]
+    budget_context: Callable[[], ContextManager]  # what every run of forward and attention runs in
     heads_run: Callable[[], float]  # mean heads run per layer and example
 
 
@@ -261,7 +190,7 @@ def make_inputs(batch: int, seq_len: int, vocab: int, seed: int, device):
     return tokens.to(device)
 
 
-def capture_layer_inputs(stock: RobertaModel, tokens: torch.Tensor):
+def capture_layer_inputs(stock, tokens: torch.Tensor):
     """(x, key_padding_mask) entering every layer of the stock encoder."""
     captured = []
 
@@ -281,51 +210,41 @@ def capture_layer_inputs(stock: RobertaModel, tokens: torch.Tensor):
     return captured
 
 
+def attention_blocks(model, inputs) -> Callable[[], list]:
+    """Every layer's attention run on the captured inputs, called as the layer calls it."""
+    layers = model.encoder.sentence_encoder.layers
+
+    def run():
+        return [layer.self_attn(x, x, x, key_padding_mask=mask, need_weights=False)
+                for layer, (x, mask) in zip(layers, inputs)]
+
+    return run
+
+
 def build_impls(stock, budget, tokens, ratios, learned: bool) -> List[Impl]:
     inputs = capture_layer_inputs(stock, tokens)
-    stock_layers = stock.encoder.sentence_encoder.layers
-    budget_layers = budget.encoder.sentence_encoder.layers
-    H = budget_layers[0].self_attn.num_heads
+    H = budget.encoder.sentence_encoder.layers[0].self_attn.num_heads
     last_heads: Dict[str, float] = {}
-
-    def stock_attention():
-        for layer, (x, mask) in zip(stock_layers, inputs):
-            layer.self_attn(x, x, x, key_padding_mask=mask, need_weights=False)
-
-    def budget_attention():
-        heads = []
-        for layer, (x, mask) in zip(budget_layers, inputs):
-            _, stats = layer.self_attn.forward_budgeted(x, mask)
-            heads.append(stats["heads"])
-        last_heads["attention"] = torch.stack(heads).float().mean().item()
 
     def budget_forward():
         _, extra = budget(tokens, features_only=True)
         last_heads["forward"] = torch.stack([s["heads"] for s in extra["budget"]]).float().mean().item()
 
-    impls = [
-        Impl("fairseq_mha", None, None, lambda: stock(tokens, features_only=True), stock_attention,
-             lambda: None, lambda: float(H)),
-    ]
-
     def forcing(k):
-        return lambda: budget.force_heads(k)
+        return lambda: budget.forced_heads(k)
 
+    impls = [
+        Impl("fairseq_mha", None, None, lambda: stock(tokens, features_only=True), attention_blocks(stock, inputs),
+             contextlib.nullcontext, lambda: float(H)),
+    ]
     for ratio in ratios:
         k = max(1, min(H, round(ratio * H)))
-        impls.append(Impl("budgetformer", ratio, "forced", budget_forward, budget_attention,
+        impls.append(Impl("budgetformer", ratio, "forced", budget_forward, attention_blocks(budget, inputs),
                           forcing(k), lambda: last_heads.get("forward", float("nan"))))
     if learned:
-        impls.append(Impl("budgetformer", None, "learned", budget_forward, budget_attention,
-                          forcing(None), lambda: last_heads.get("forward", float("nan"))))
+        impls.append(Impl("budgetformer", None, "learned", budget_forward, attention_blocks(budget, inputs),
+                          contextlib.nullcontext, lambda: last_heads.get("forward", float("nan"))))
     return impls
-
-
-def rotation(n: int, round_: int) -> List[int]:
-    """The order of ``n`` implementations in one timed round. Who goes first rotates from
-    round to round: the first pays for the memory the previous round's last one handed
-    back (page faults anew)."""
-    return [(i + round_) % n for i in range(n)]
 
 
 def _ratio(a, b):
@@ -346,11 +265,12 @@ def measure_cell(size, dims, stock, budget, batch, seq_len, ratios, learned, voc
     rows = []
     with torch.no_grad():
         for impl in impls:  # FLOPs (also the first warm-up) and peak memory, one impl at a time
-            impl.prepare()
-            row = {"total_flops": count_flops(impl.forward), "attn_flops": count_flops(impl.attention)}
-            row["heads_run"] = impl.heads_run()
-            row["peak_mem_bytes"] = peak_memory(impl.forward, device)
-            row["attn_peak_mem_bytes"] = peak_memory(impl.attention, device)
+            with impl.budget_context():
+                row = {"total_flops": measure_flops(impl.forward).total,
+                       "attn_flops": measure_flops(impl.attention).total}
+                row["heads_run"] = impl.heads_run()
+                row["peak_mem_bytes"] = peak_memory(impl.forward, device)
+                row["attn_peak_mem_bytes"] = peak_memory(impl.attention, device)
             rows.append(row)
         times = {i: {k: [] for k in ("forward", "attention", "forward_cpu", "attention_cpu")}
                  for i in range(len(impls))}
@@ -360,15 +280,15 @@ def measure_cell(size, dims, stock, budget, batch, seq_len, ratios, learned, voc
         while rep < args.warmup + repeats:
             for i in rotation(len(impls), rep):
                 impl = impls[i]
-                impl.prepare()
-                for kind, fn in (("forward", impl.forward), ("attention", impl.attention)):
-                    _sync(device)
-                    t0, c0 = time.perf_counter(), time.process_time()
-                    fn()
-                    _sync(device)
-                    if rep >= args.warmup:
-                        times[i][kind].append((time.perf_counter() - t0) * 1e3)
-                        times[i][f"{kind}_cpu"].append((time.process_time() - c0) * 1e3)
+                with impl.budget_context():
+                    for kind, fn in (("forward", impl.forward), ("attention", impl.attention)):
+                        sync(device)
+                        t0, c0 = time.perf_counter(), time.process_time()
+                        fn()
+                        sync(device)
+                        if rep >= args.warmup:
+                            times[i][kind].append((time.perf_counter() - t0) * 1e3)
+                            times[i][f"{kind}_cpu"].append((time.process_time() - c0) * 1e3)
             rep += 1
             if rep == args.warmup + 1 and args.time_budget > 0:  # cap very slow cells
                 per_round = (time.perf_counter() - started) / rep
@@ -383,9 +303,9 @@ def measure_cell(size, dims, stock, budget, batch, seq_len, ratios, learned, voc
         cell = {
             "impl": impl.name,
             "size": size,
-            "layers": dims[0],
-            "embed_dim": dims[1],
-            "heads": dims[3],
+            "layers": dims.layers,
+            "embed_dim": dims.embed_dim,
+            "heads": dims.heads,
             "batch": batch,
             "seq_len": seq_len,
             "head_ratio": impl.head_ratio,
@@ -435,11 +355,11 @@ def profile_table(impl: Impl, rows: int, device: torch.device) -> str:
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    impl.prepare()
-    impl.attention()  # warm
-    with torch.profiler.profile(activities=activities) as prof:
-        impl.attention()
-        _sync(device)
+    with impl.budget_context():
+        impl.attention()  # warm
+        with torch.profiler.profile(activities=activities) as prof:
+            impl.attention()
+            sync(device)
     return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
 
 
@@ -451,7 +371,6 @@ def measure_training(size, stock, budget, batch, seq_len, vocab, args, device) -
     tokens = make_inputs(batch, seq_len, vocab, seed=1000 * batch + seq_len, device=device)
     models = [("fairseq_mha", stock), ("budgetformer", budget)]
     times: Dict[str, List[float]] = {name: [] for name, _ in models}
-    budget.force_heads(None)
     torch.manual_seed(args.seed)
     try:
         for _, model in models:
@@ -460,11 +379,11 @@ def measure_training(size, stock, budget, batch, seq_len, vocab, args, device) -
             for j in rotation(len(models), rep):
                 name, model = models[j]
                 model.zero_grad(set_to_none=True)
-                _sync(device)
+                sync(device)
                 t0 = time.perf_counter()
                 features, _ = model(tokens, features_only=True)
                 features.float().square().mean().backward()
-                _sync(device)
+                sync(device)
                 if rep > 0:
                     times[name].append((time.perf_counter() - t0) * 1e3)
     finally:
@@ -537,37 +456,6 @@ def report_markdown(report: dict) -> str:
     return text
 
 
-def write_atomic(path: str, text: str):
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def machine_info(device: torch.device) -> dict:
-    info = {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "device": str(device),
-    }
-    with contextlib.suppress(OSError):
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                info["cpu_model"] = line.split(":", 1)[1].strip()
-                break
-    if device.type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(device)
-    return info
-
-
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="CI subset: small, batch 1 8, len 64, 3 repeats")
@@ -633,18 +521,17 @@ def main(argv=None):
         plans.append((size, SIZES[size], None))
     if args.checkpoint:
         plans.append(("checkpoint", None, args.checkpoint))
-    for size, dims, checkpoint in plans:
+    for size, arch, checkpoint in plans:
         torch.manual_seed(args.seed)
         if checkpoint:
-            budget, dims, vocab = load_checkpoint(checkpoint)
-            stock = build_stock(dims, vocab, like=budget.args)
+            budget, vocab = load_checkpoint(checkpoint)
+            stock = build_model("roberta", vocab, args=budget.args)  # every option of the checkpoint's
             copy_weights(budget.state_dict(), stock)
         else:
             vocab = VOCAB
-            stock = build_stock(dims, vocab)
-            budget = build_budgetformer(dims, vocab)
-            copy_weights(stock.state_dict(), budget)
+            stock, budget = build_pair(arch, vocab)
             randomise_relevance(budget, seed=args.seed)
+        dims = size_of(budget.args)
         stock.to(device).eval()
         budget.to(device).eval()
         for batch in args.batch_sizes:
@@ -660,7 +547,7 @@ def main(argv=None):
                 if args.train_repeats > 0:
                     report["training"].extend(
                         measure_training(size, stock, budget, batch, seq_len, vocab, args, device))
-                write_atomic(args.json, json.dumps(report, indent=1) + "\n")
+                write_json(args.json, report, indent=1)
                 write_atomic(args.markdown, report_markdown(report))
                 print(f"[benchmark] {size} batch {batch} len {seq_len}: {time.perf_counter() - t0:.1f}s",
                       file=sys.stderr, flush=True)

@@ -13,46 +13,26 @@ checkpoint to ``--restore-file`` directly: the model upgrades it the same way).
 """
 
 import argparse
-import copy
-import os
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import budget_plugin  # noqa: E402,F401  (registers the model; allow-lists checkpoint types)
-from budget_plugin.models.budgetformer import BudgetFormerModel, budgetformer_architecture  # noqa: E402
-from fairseq.data import Dictionary  # noqa: E402
-
-
-class _Task:
-    """What BudgetFormerModel.build_model needs: the vocabulary's size and padding."""
-
-    def __init__(self, vocab_size, max_positions):
-        self.source_dictionary = Dictionary()
-        for i in range(vocab_size - len(self.source_dictionary)):
-            self.source_dictionary.add_symbol(f"madeupword{i:05d}")
-        self._max_positions = max_positions
-
-    def max_positions(self):
-        return self._max_positions
+from budget_plugin.tools.building import build_model  # registers the model; allow-lists checkpoint types
+from budget_plugin.tools.files import atomic_path
 
 
 def convert(state: dict) -> dict:
     cfg = state.get("cfg") or {}
     args = cfg.get("model") if isinstance(cfg, dict) else None
-    args = copy.deepcopy(args if args is not None else state.get("args"))
+    args = args if args is not None else state.get("args")
     if args is None or not hasattr(args, "encoder_embed_dim"):
         raise SystemExit("error: the checkpoint holds no RoBERTa model arguments (cfg.model / args)")
     if not str(getattr(args, "arch", "roberta")).startswith(("roberta", "budgetformer")):
         raise SystemExit(f"error: expected a RoBERTa checkpoint, found arch {args.arch!r}")
-    args.arch = args._name = "budgetformer"
-    budgetformer_architecture(args)
-
     weights = state["model"]
     vocab = weights["encoder.sentence_encoder.embed_tokens.weight"].size(0)
-    model = BudgetFormerModel.build_model(args, _Task(vocab, args.max_positions))
+    model = build_model("budgetformer", vocab, args=args, _name="budgetformer")  # the same size, every option kept
+    args = model.args
     for name, head in weights.items():  # keep RoBERTa's classification heads
         if name.startswith("classification_heads.") and name.endswith(".out_proj.weight"):
             head_name = name.split(".")[1]
@@ -87,9 +67,8 @@ def main():
         raise SystemExit(f"error: {args.input}: no such file")
     state = torch.load(args.input, map_location="cpu", weights_only=True)
     converted = convert(state)
-    tmp = args.output.with_name(args.output.name + ".tmp")
-    torch.save(converted, tmp)
-    os.replace(tmp, args.output)  # never a half-written checkpoint
+    with atomic_path(args.output) as tmp:  # never a half-written checkpoint
+        torch.save(converted, tmp)
     print(f"wrote {args.output}")
 
 

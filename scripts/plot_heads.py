@@ -14,16 +14,13 @@ per-example head counts (tag budget_heads/layer<i>, step = the checkpoint's upda
 """
 
 import argparse
-import json
 import logging
-import os
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from budget_plugin import BudgetFormerModel  # noqa: E402
+from budget_plugin.tools.files import atomic_path, write_json
+from budget_plugin.tools.hub import add_checkpoint_arguments, load_hub
 
 
 def collect(hub, split, batch_size):
@@ -54,16 +51,13 @@ def heat_map(ax, frequency, title):
 
 
 def save(fig, path):
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=120, bbox_inches="tight")
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, bbox_inches="tight")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint-dir", required=True, type=Path)
-    parser.add_argument("--checkpoint-file", default="checkpoint_best.pt")
-    parser.add_argument("--data", required=True, type=Path)
+    add_checkpoint_arguments(parser)
     parser.add_argument("--split", default="valid")
     parser.add_argument("--out-dir", required=True, type=Path)
     parser.add_argument("--batch-size", type=int, default=64)
@@ -78,7 +72,7 @@ def main():
     except ImportError:
         raise SystemExit("error: plot_heads.py needs matplotlib: pip install -e '.[viz]'")
 
-    hub = BudgetFormerModel.from_pretrained(str(args.checkpoint_dir), args.checkpoint_file, str(args.data.resolve()))
+    hub = load_hub(args)
     selected, heads, targets = collect(hub, args.split, args.batch_size)
     n, num_layers, num_heads = selected.shape
     args.out_dir.mkdir(parents=True, exist_ok=True)
@@ -92,7 +86,8 @@ def main():
     by_class = {}
     if targets is not None and not hub.task.cfg.regression_target:
         classes = sorted(set(targets.tolist()))
-        fig, axes = plt.subplots(1, len(classes), figsize=(1 + 0.5 * num_heads * len(classes), 1 + 0.5 * num_layers), squeeze=False)
+        size = (1 + 0.5 * num_heads * len(classes), 1 + 0.5 * num_layers)
+        fig, axes = plt.subplots(1, len(classes), figsize=size, squeeze=False)
         for ax, c in zip(axes[0], classes):
             name = labels.string([c + labels.nspecial])
             by_class[name] = selected[targets == c].float().mean(dim=0)
@@ -123,9 +118,10 @@ def main():
         step = step["optimizer_history"][-1]["num_updates"]
         with SummaryWriter(str(args.tensorboard_logdir / args.split)) as writer:
             for layer in range(num_layers):
-                writer.add_histogram(f"budget_heads/layer{layer}", heads[:, layer], step, bins=list(range(num_heads + 2)))
+                writer.add_histogram(f"budget_heads/layer{layer}", heads[:, layer], step,
+                                     bins=list(range(num_heads + 2)))
 
-    (args.out_dir / "heads.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_json(args.out_dir / "heads.json", summary)
     print(f"wrote {args.out_dir}/heads_overall.png, heads_by_class.png, budgets.png, heads.json ({n} inputs)")
 
 

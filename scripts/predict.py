@@ -10,15 +10,14 @@ selected heads of every layer (``0.3.5|1.2|...``).
 """
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from budget_plugin import BudgetFormerModel  # noqa: E402
-from fairseq.data import data_utils  # noqa: E402
+from budget_plugin.tools.files import write_atomic
+from budget_plugin.tools.hub import add_checkpoint_arguments, load_hub
+from fairseq.data import data_utils
 
 
 def read_examples(stream, name):
@@ -34,9 +33,7 @@ def read_examples(stream, name):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint-dir", required=True, type=Path)
-    parser.add_argument("--checkpoint-file", default="checkpoint_best.pt")
-    parser.add_argument("--data", required=True, type=Path, help="the binarized data folder (dictionaries, sentencepiece model)")
+    add_checkpoint_arguments(parser)
     parser.add_argument("--input", type=Path, help="text file (default: standard input)")
     parser.add_argument("--output", type=Path, help="TSV to write (default: standard output)")
     parser.add_argument("--head", default="sentence_classification_head")
@@ -46,7 +43,7 @@ def main():
     parser.add_argument("--cpu", action="store_true", help="stay on the CPU even when a GPU is present")
     args = parser.parse_args()
 
-    hub = BudgetFormerModel.from_pretrained(str(args.checkpoint_dir), args.checkpoint_file, str(args.data.resolve()))
+    hub = load_hub(args)
     if torch.cuda.is_available() and not args.cpu:
         hub.cuda()
     labels = hub.task.label_dictionary
@@ -90,9 +87,7 @@ def main():
 
     text = "line\tlabel\tprobability\theads_per_layer\tselected_heads\n" + "\n".join(rows) + "\n"
     if args.output:
-        tmp = args.output.with_name(args.output.name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, args.output)
+        write_atomic(args.output, text)
     else:
         sys.stdout.write(text)
 

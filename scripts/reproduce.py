@@ -30,28 +30,29 @@ the markdown ends with a paragraph generated from the numbers. Resumable: a run 
 """
 
 import argparse
-import json
+import logging
 import os
-import re
 import shutil
 import statistics
 import subprocess
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark import _flop_counter, machine_info, rotation  # noqa: E402
-from demo import BIN, PLUGIN, REPO, SMALL, metrics_of, train_args, write_atomic  # noqa: E402
+from budget_plugin.modules.flops import measure_flops
+from budget_plugin.tools.fairseq_cli import validate, validation_metrics
+from budget_plugin.tools.files import atomic_path, write_atomic, write_json
+from budget_plugin.tools.study import (
+    EXPLORATION_SHARE, SYSTEMS, Run, add_study_arguments, cached_record, check_study_arguments, fairseq_train,
+    heads_per_layer, log, mean_std, system_args, task_of,
+)
+from budget_plugin.tools.timing import machine_info, rotation
+from fairseq import checkpoint_utils
 
-import budget_plugin  # noqa: E402,F401  (registers the plugin, allow-lists checkpoint types)
-from fairseq import checkpoint_utils  # noqa: E402
-
-SYSTEMS = ("full", "budget", "no_explore", "static", "random")
+REPO = Path(__file__).resolve().parent.parent
 DESCRIPTION = {
     "full": "full attention (stock fairseq roberta)",
     "budget": "BudgetFormer",
@@ -59,102 +60,36 @@ DESCRIPTION = {
     "static": "static budget",
     "random": "random heads",
 }
-TINY = ["--encoder-layers", "2", "--encoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128",
-        "--encoder-attention-heads", "4"]
-UPDATES = {"MR": 500, "TREC": 500}  # MR: 1.6 epochs, TREC: 3.7 epochs (batch 32)
-EXPLORATION_SHARE = 0.4  # share of the updates over which exploration anneals
-
-
-def log(message):
-    print(f"[reproduce {time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-@dataclass(frozen=True)
-class Run:
-    dataset: str
-    system: str
-    seed: int
-
-    def dir(self, root: Path) -> Path:
-        return root / self.dataset / self.system / f"seed{self.seed}"
-
-
-def system_args(system: str, updates: int, quick: bool, fixed_heads=None, exploration_share=EXPLORATION_SHARE):
-    budget_arch = "budgetformer_tiny" if quick else "budgetformer_small"
-    if system == "full":
-        return ["--arch", "roberta", *(TINY if quick else SMALL),
-                "--task", "sentence_prediction", "--criterion", "sentence_prediction"]
-    exploration = 0 if system == "no_explore" else int(exploration_share * updates)
-    args = ["--arch", budget_arch, "--task", "budget_sentence_prediction",
-            "--criterion", "budget_sentence_prediction", "--exploration-updates", str(exploration)]
-    if system in ("static", "random"):
-        args += ["--head-selection", system, "--fixed-heads", ",".join(f"{h:.2f}" for h in fixed_heads)]
-    return args
-
-
-def run_logged(cmd, log_path: Path, threads: int) -> str:
-    """Run a fairseq tool with its output in ``log_path``; fail with the log's tail."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    with open(log_path, "w") as out:
-        code = subprocess.call([str(c) for c in cmd], stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-    text = log_path.read_text()
-    if code != 0:
-        raise RuntimeError(f"{cmd[0]} failed ({code}), log {log_path}:\n{text[-3000:]}")
-    return text
-
-
-def validate(run: Run, data: Path, run_dir: Path, subset: str, threads: int) -> dict:
-    task = "sentence_prediction" if run.system == "full" else "budget_sentence_prediction"
-    output = run_logged([
-        BIN / "fairseq-validate", data, "--user-dir", PLUGIN, "--path", run_dir / "checkpoint_best.pt",
-        "--task", task, "--criterion", task, "--valid-subset", subset, "--batch-size", "64",
-        "--required-batch-size-multiple", "1", "--cpu", "--num-workers", "0",
-    ], run_dir / f"validate_{subset}.log", threads)
-    return metrics_of([line for line in output.splitlines() if f"valid on '{subset}' subset" in line][-1])
 
 
 def train(run: Run, cfg, fixed_heads=None) -> dict:
-    """Train one system/seed, score dev (budget only: its heads set the fixed budgets)
-    and test once; the record is written last, so a half-done run is redone."""
+    """Train one system and seed, score dev (budget only: its heads set the fixed
+    budgets) and test once; a finished run with the same settings is not trained again."""
     run_dir = run.dir(cfg.save_dir)
     record_path = run_dir / "result.json"
     updates = cfg.updates[run.dataset]
-    if record_path.exists():
-        record = json.loads(record_path.read_text())
-        if record["updates"] == updates and record["fixed_heads"] == fixed_heads and record["lr"] == cfg.lr:
-            return record
+    record = cached_record(record_path, updates=updates, fixed_heads=fixed_heads, lr=cfg.lr)
+    if record is not None:
+        return record
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
-    data = cfg.data_dir / f"{run.dataset}-bin"
-    hyper = argparse.Namespace(lr=cfg.lr, max_update=updates, seed=run.seed)
-    cmd = [*train_args(hyper, data, run_dir, num_classes=num_classes(data)),
-           *system_args(run.system, updates, cfg.quick, fixed_heads)]
-    start = time.time()
-    output = run_logged(cmd, run_dir / "train.log", cfg.threads_per_job)
-    wall = time.time() - start
-    dev = [metrics_of(l) for l in output.splitlines() if "valid on 'valid' subset" in l]
+    output, wall = fairseq_train(run, cfg, system_args(run.system, updates, cfg.quick, fixed_heads))
     record = {
         "dataset": run.dataset, "system": run.system, "seed": run.seed, "updates": updates, "lr": cfg.lr,
-        "train_wall_s": round(wall, 1), "dev_accuracy": max(d["accuracy"] for d in dev),
+        "train_wall_s": wall, "dev_accuracy": max(m["accuracy"] for m in validation_metrics(output)),
         "fixed_heads": fixed_heads,
     }
+    # dev only for budget (its heads set the fixed budgets), test once for every system
+    subsets = ["valid", "test"] if run.system == "budget" else ["test"]
+    scores = validate(run_dir / "checkpoint_best.pt", cfg.data_dir / f"{run.dataset}-bin", subsets,
+                      task=task_of(run.system), log_path=run_dir / "validate.log", threads=cfg.threads_per_job)
     if run.system == "budget":
-        dev_best = validate(run, data, run_dir, "valid", cfg.threads_per_job)
-        record["dev_heads_per_layer"] = [dev_best[f"heads_l{i}"] for i in range(num_layers_of(dev_best))]
-    test = validate(run, data, run_dir, "test", cfg.threads_per_job)
-    record.update(test_accuracy=test["accuracy"], test_examples=int(test["bsz"]))
-    write_atomic(record_path, json.dumps(record, indent=2) + "\n")
+        record["dev_heads_per_layer"] = heads_per_layer(scores["valid"])
+    record.update(test_accuracy=scores["test"]["accuracy"], test_examples=int(scores["test"]["bsz"]))
+    write_json(record_path, record)
     log(f"{run.dataset} {run.system} seed {run.seed}: dev {record['dev_accuracy']:.1f} "
         f"test {record['test_accuracy']:.1f} ({wall:.0f}s)")
     return record
-
-
-def num_classes(data: Path) -> int:
-    return sum(1 for line in (data / "label" / "dict.txt").read_text().splitlines() if line.strip())
-
-
-def num_layers_of(metrics: dict) -> int:
-    return sum(1 for k in metrics if re.fullmatch(r"heads_l\d+", k))
 
 
 def train_all(cfg) -> dict:
@@ -202,16 +137,7 @@ def classify(model, tokens):
 @torch.no_grad()
 def count_flops(model, batches) -> "tuple[int, int]":
     """(whole model, attention blocks incl. the router) FLOPs over the batches."""
-    with _flop_counter() as counter:
-        for tokens, _ in batches:
-            classify(model, tokens)
-    # a layer is its attention block (router included) plus fc1 and fc2: the budgeted
-    # layer calls its attention's forward_budgeted, which the counter does not see as a
-    # module of its own
-    flops = {name: sum(ops.values()) for name, ops in counter.get_flop_counts().items()}
-    layers = [name for name in flops if re.search(r"\.layers\.\d+$", name)]
-    attention = sum(flops[n] - flops.get(n + ".fc1", 0) - flops.get(n + ".fc2", 0) for n in layers)
-    return int(counter.get_total_flops()), int(attention)
+    return measure_flops(lambda: [classify(model, tokens) for tokens, _ in batches])
 
 
 @torch.no_grad()
@@ -287,10 +213,6 @@ def spread(heads: torch.Tensor, targets: torch.Tensor, labels) -> dict:
 
 
 # ----------------------------------------------------------------- reporting
-
-
-def mean_std(values):
-    return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
 def summarise(rows: list, cfg) -> dict:
@@ -405,6 +327,7 @@ def markdown(summary, spreads, found, text) -> str:
 
 
 def plot(rows, cfg, path: Path):
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # its debug lines are not ours to print
     try:
         import matplotlib
 
@@ -424,51 +347,25 @@ def plot(rows, cfg, path: Path):
         ax.set_ylabel("test accuracy (%)")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=120, bbox_inches="tight")
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, bbox_inches="tight")
     return path
-
-
-def parse_updates(items):
-    updates = dict(UPDATES)
-    for item in items or []:
-        name, _, value = item.partition("=")
-        if not value.isdigit() or int(value) < 1:
-            raise SystemExit(f"error: --updates expects NAME=N with N >= 1, got {item!r}")
-        updates[name] = int(value)
-    return updates
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--datasets", nargs="+", default=["MR", "TREC"], help="data sets under --data-dir (NAME-bin)")
+    add_study_arguments(parser, REPO, datasets=["MR", "TREC"], save_dir="reproduce")
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
-    parser.add_argument("--updates", nargs="*", metavar="NAME=N", help=f"updates per data set (default {UPDATES})")
-    parser.add_argument("--lr", type=float, default=5e-4)
-    parser.add_argument("--jobs", type=int, default=2, help="trainings at a time (each on cores / jobs threads)")
     parser.add_argument("--latency-repeats", type=int, default=5)
     parser.add_argument("--latency-batches", type=int, default=12,
                         help="the first N test batches (of 32) are timed; FLOPs and heads cover all of them")
-    parser.add_argument("--data-dir", type=Path, default=REPO / "data")
-    parser.add_argument("--out-dir", type=Path, default=REPO / "results")
-    parser.add_argument("--save-dir", type=Path, default=REPO / "checkpoints" / "reproduce")
     parser.add_argument("--quick", action="store_true",
                         help="tiny models, 20 updates, 2 latency repeats: keeps the script working in the tests")
-    cfg = parser.parse_args(argv)
-    cfg.updates = parse_updates(cfg.updates)
+    cfg = check_study_arguments(parser, parser.parse_args(argv))
     if cfg.quick:
-        cfg.updates = {d: 20 for d in cfg.datasets}
         cfg.latency_repeats = 2
-    missing = [d for d in cfg.datasets if d not in cfg.updates]
-    if missing:
-        parser.error(f"--updates has no number of updates for {', '.join(missing)} (give NAME=N)")
-    if cfg.jobs < 1:
-        parser.error("--jobs must be >= 1")
     if cfg.latency_batches < 1:
         parser.error("--latency-batches must be >= 1")
-    cfg.threads_per_job = max(1, (os.cpu_count() or 1) // cfg.jobs)
-    cfg.data_dir, cfg.save_dir, cfg.out_dir = (p.resolve() for p in (cfg.data_dir, cfg.save_dir, cfg.out_dir))
     return cfg
 
 
@@ -507,7 +404,7 @@ def main(argv=None):
         "summary": summary, "budget_spread": spreads, "targets": found, "paragraph": text, "runs": rows,
         "plot": str(figure) if figure else None,
     }
-    write_atomic(cfg.out_dir / "reproduce.json", json.dumps(report, indent=2) + "\n")
+    write_json(cfg.out_dir / "reproduce.json", report)
     table = markdown(summary, spreads, found, text)
     write_atomic(cfg.out_dir / "reproduce.md", table)
     print("\n" + table)

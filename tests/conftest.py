@@ -4,7 +4,6 @@ real fairseq-preprocess, and the fairseq command-line tools run as users run the
 import argparse
 import os
 import random
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ import torch
 
 import budget_plugin  # noqa: F401  (registers the plugin)
 from budget_plugin.models.budgetformer import BudgetFormerModel
+from budget_plugin.tools.fairseq_cli import parse_metrics  # noqa: F401  (the tests' one parser too)
 from fairseq.data import Dictionary
 from fairseq.models import ARCH_CONFIG_REGISTRY
 
@@ -69,14 +69,6 @@ def run(cmd, cwd=None, timeout=600):
     if proc.returncode != 0:
         raise AssertionError(f"{' '.join(map(str, cmd))} failed ({proc.returncode}):\n{output[-4000:]}")
     return output
-
-
-def parse_metrics(line: str) -> dict:
-    """'| loss 0.5 | accuracy 86 | ...' -> {'loss': 0.5, 'accuracy': 86.0, ...}"""
-    found = {}
-    for key, value in re.findall(r"\| (\w+) (-?[\d.]+(?:e-?\d+)?)", line):
-        found[key] = float(value)
-    return found
 
 
 def make_classification_data(root: Path, n_train=320, n_valid=100, pair=False, regression=False, seed=0):

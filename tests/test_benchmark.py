@@ -9,13 +9,14 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO, build_model
+from budget_plugin.modules.flops import measure_flops
+from budget_plugin.tools.building import build_model, size_of
+from conftest import REPO
 
 spec = importlib.util.spec_from_file_location("benchmark", REPO / "scripts" / "benchmark.py")
 benchmark = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(benchmark)
 
-SMALL = benchmark.SIZES["small"]  # 4 layers, 256, 1024 ffn, 8 heads
 RATIOS = (1.0, 0.75, 0.5, 0.25)
 
 
@@ -24,7 +25,7 @@ def attention_setup():
     """One budgetformer_small attention layer (relevance randomised, so examples pick
     different heads) and a padded batch."""
     torch.manual_seed(0)
-    model = benchmark.build_budgetformer(SMALL).eval()
+    model = build_model("budgetformer_small").eval()
     benchmark.randomise_relevance(model)
     attention = model.encoder.sentence_encoder.layers[0].self_attn
     T, B = 48, 6
@@ -34,8 +35,8 @@ def attention_setup():
     return attention, x, padding
 
 
-def _at_ratio(attention, ratio):
-    attention.forced_heads = round(ratio * attention.num_heads)
+def at_ratio(attention, ratio):
+    return attention.router.forced(round(ratio * attention.num_heads))
 
 
 def test_attention_flops_halve_at_half_the_heads(attention_setup):
@@ -43,10 +44,8 @@ def test_attention_flops_halve_at_half_the_heads(attention_setup):
     flops = {}
     with torch.no_grad():
         for ratio in (1.0, 0.5):
-            _at_ratio(attention, ratio)
-            flops[ratio] = benchmark.count_flops(lambda: attention.forward_budgeted(x, padding))
-    attention.forced_heads = None
-    assert flops[1.0] > 0
+            with at_ratio(attention, ratio):
+                flops[ratio] = measure_flops(lambda: attention(x, key_padding_mask=padding)).total
     assert abs(flops[0.5] / (flops[1.0] / 2) - 1) < 0.05, flops
     # the counter sees the attention scores too (the CPU SDPA kernel is registered)
     T, B, C = x.shape
@@ -60,32 +59,33 @@ def test_attention_memory_falls_with_head_ratio(attention_setup):
     peaks = []
     with torch.no_grad():
         for ratio in RATIOS:
-            _at_ratio(attention, ratio)
-            attention.forward_budgeted(x, padding)  # warm
-            peaks.append(benchmark.peak_memory(lambda: attention.forward_budgeted(x, padding), torch.device("cpu")))
-    attention.forced_heads = None
+            with at_ratio(attention, ratio):
+                attention(x, key_padding_mask=padding)  # warm
+                peaks.append(benchmark.peak_memory(lambda: attention(x, key_padding_mask=padding),
+                                                   torch.device("cpu")))
     assert all(p > 0 for p in peaks), peaks
     assert all(a > b for a, b in zip(peaks, peaks[1:])), dict(zip(RATIOS, peaks))
 
 
 def test_fast_path_allocates_no_weight_copies(attention_setup):
     """At batch 1 the selected heads' weights are sliced, never copied: the attention's
-    peak allocation stays below one q/k/v weight matrix."""
+    peak allocation stays within its activations, below what a copy of the selected
+    heads' q, k and v rows alone would take."""
     attention, x, padding = attention_setup
     x1 = x[:, :1].contiguous()
-    attention.forced_heads = attention.num_heads // 2
-    with torch.no_grad():
-        peak = benchmark.peak_memory(lambda: attention.forward_budgeted(x1, None), torch.device("cpu"))
-    attention.forced_heads = None
+    with torch.no_grad(), at_ratio(attention, 0.5):
+        peak = benchmark.peak_memory(lambda: attention(x1), torch.device("cpu"))
     activations = 6 * x1.numel() * x1.element_size()  # q, k, v, heads' output, output, slack
-    assert peak <= activations, (peak, activations)
+    weight = attention.q_proj.weight
+    selected_qkv_copy = 3 * weight.numel() // 2 * weight.element_size()
+    assert 0 < peak <= activations < selected_qkv_copy, (peak, activations, selected_qkv_copy)
 
 
 CELL_FIELDS = {
     "impl": str, "size": str, "batch": int, "seq_len": int, "attn_ms": float, "forward_ms": float,
     "attn_flops": int, "total_flops": int, "peak_mem_bytes": int, "attn_peak_mem_bytes": int,
     "heads_run": float, "throughput_seq_per_s": float, "throughput_tokens_per_s": float,
-    "attn_cpu_ms": float, "forward_cpu_ms": float,
+    "attn_cpu_ms": float, "forward_cpu_ms": float, "repeats": int,
 }
 OPTIONAL_FLOATS = (
     "head_ratio", "ideal_speedup", "measured_speedup", "efficiency",
@@ -93,47 +93,96 @@ OPTIONAL_FLOATS = (
 )
 
 
+def check_cell_schema(cell):
+    for name, kind in CELL_FIELDS.items():
+        assert isinstance(cell[name], kind), (name, cell[name])
+    for name in OPTIONAL_FLOATS:
+        assert cell[name] is None or isinstance(cell[name], float), (name, cell[name])
+    if cell["impl"] == "fairseq_mha":
+        assert cell["head_ratio"] is None and cell["efficiency"] is None
+        assert cell["ideal_speedup"] == 1.0 and cell["measured_speedup"] == 1.0
+    elif cell["head_ratio"] == 1.0:
+        assert cell["efficiency"] is None  # no ideal saving to capture
+    else:
+        assert cell["impl"] == "budgetformer"
+
+
+@pytest.fixture(scope="module")
+def tiny_pair():
+    torch.manual_seed(0)
+    stock, budget = benchmark.build_pair("budgetformer_tiny", vocab=60)
+    benchmark.randomise_relevance(budget)
+    return stock.eval(), budget.eval()
+
+
+def test_the_pair_shares_its_weights(tiny_pair):
+    stock, budget = tiny_pair
+    tokens = benchmark.make_inputs(3, 12, 60, seed=1, device="cpu")
+    with torch.no_grad(), budget.forced_heads(4):
+        assert torch.allclose(budget(tokens, features_only=True)[0], stock(tokens, features_only=True)[0], atol=1e-5)
+
+
+def test_a_cell_counts_flops_by_the_heads_it_forces(tiny_pair):
+    """One cell in this process (tiny size, one timed round): every implementation,
+    FLOPs against the heads run, the schema of every row."""
+    stock, budget = tiny_pair
+    settings = argparse.Namespace(repeats=1, warmup=0, time_budget=0, profile=0)
+    cells = benchmark.measure_cell("tiny", size_of(budget.args), stock, budget, 4, 16, RATIOS, True, 60, settings,
+                                   torch.device("cpu"))
+    assert [(c["impl"], c["head_ratio"], c["budget"]) for c in cells] == [
+        ("fairseq_mha", None, None), *(("budgetformer", r, "forced") for r in RATIOS),
+        ("budgetformer", None, "learned")]
+    for cell in cells:
+        check_cell_schema(cell)
+        assert (cell["layers"], cell["embed_dim"], cell["heads"], cell["repeats"]) == (2, 64, 4, 1)
+    stock_cell, forced = cells[0], cells[1:5]
+    assert [c["heads_run"] for c in forced] == [4.0, 3.0, 2.0, 1.0]  # forced for every example
+    for cell in forced:  # attention FLOPs follow the heads, plus a small router
+        assert cell["attn_flops"] / stock_cell["attn_flops"] == pytest.approx(cell["head_ratio"], abs=0.02)
+        assert cell["attn_ideal_speedup"] == pytest.approx(stock_cell["attn_flops"] / cell["attn_flops"])
+    assert [c["total_flops"] for c in forced] == sorted((c["total_flops"] for c in forced), reverse=True)
+    assert [c["attn_peak_mem_bytes"] for c in forced] == sorted((c["attn_peak_mem_bytes"] for c in forced),
+                                                                 reverse=True)
+
+
+@pytest.mark.slow
 def test_quick_benchmark_writes_its_schema(tmp_path):
     # a learned-budget checkpoint of the tiny size, saved as fairseq-train saves a legacy model
-    model = build_model("budgetformer_tiny")
+    model = build_model("budgetformer_tiny", vocab=54, max_positions=64, num_classes=3)
     checkpoint = tmp_path / "tiny.pt"
     torch.save({"model": model.state_dict(), "cfg": {"model": model.args}}, checkpoint)
     out_json, out_md = tmp_path / "out" / "bench.json", tmp_path / "out" / "bench.md"
     proc = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "benchmark.py"), "--quick", "--threads", "1",
-         "--repeats", "2", "--profile", "4", "--checkpoint", str(checkpoint),
+         "--repeats", "1", "--warmup", "0", "--train-repeats", "1", "--profile", "4", "--checkpoint", str(checkpoint),
          "--json", str(out_json), "--markdown", str(out_md)],
         capture_output=True, text=True, timeout=300, cwd=REPO,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out_json.read_text())
     assert {"machine", "torch", "threads", "cells"} <= set(report)
-    assert isinstance(report["threads"], int) and report["threads"] == 1
+    assert report["threads"] == 1 and report["settings"]["quick"] is True
     cells = report["cells"]
     impls = {(c["size"], c["impl"], c["head_ratio"], c["budget"]) for c in cells}
-    for ratio in RATIOS:
-        assert ("small", "budgetformer", ratio, "forced") in impls
-    assert ("small", "fairseq_mha", None, None) in impls
-    assert ("checkpoint", "budgetformer", None, "learned") in impls
-    assert {(c["batch"], c["seq_len"]) for c in cells if c["size"] == "small"} == {(1, 64), (8, 64)}
+    assert impls == {("small", "fairseq_mha", None, None), ("checkpoint", "fairseq_mha", None, None),
+                     ("checkpoint", "budgetformer", None, "learned"),
+                     *(("small", "budgetformer", r, "forced") for r in RATIOS),
+                     *(("checkpoint", "budgetformer", r, "forced") for r in RATIOS)}
+    # --quick's cells; the explicit --repeats wins over --quick's
+    assert {(c["batch"], c["seq_len"]) for c in cells} == {(1, 64), (8, 64)}
+    small = size_of("budgetformer_small")
     for cell in cells:
-        for name, kind in CELL_FIELDS.items():
-            assert isinstance(cell[name], kind), (name, cell[name])
-        for name in OPTIONAL_FLOATS:
-            assert cell[name] is None or isinstance(cell[name], float), (name, cell[name])
-        assert cell["impl"] in ("fairseq_mha", "budgetformer")
-        if cell["impl"] == "fairseq_mha":
-            assert cell["head_ratio"] is None and cell["efficiency"] is None
-            assert cell["ideal_speedup"] == 1.0 and cell["measured_speedup"] == 1.0
-        elif cell["head_ratio"] == 1.0:
-            assert cell["efficiency"] is None  # no ideal saving to capture
+        check_cell_schema(cell)
+        assert cell["repeats"] == 1
+        size = small if cell["size"] == "small" else size_of(model.args)
+        assert (cell["layers"], cell["embed_dim"], cell["heads"]) == (size.layers, size.embed_dim, size.heads)
     # training: one step of each model per cell (every size, the checkpoint's included)
     training = report["training"]
     cell_keys = {(c["size"], c["batch"], c["seq_len"]) for c in cells}
     assert {(r["size"], r["batch"], r["seq_len"], r["impl"]) for r in training} == {
         key + (impl,) for key in cell_keys for impl in ("fairseq_mha", "budgetformer")}
     for row in training:
-        assert row["train_step_ms"] > 0 and row["train_tokens_per_s"] > 0 and row["repeats"] == 2
+        assert row["train_step_ms"] > 0 and row["train_tokens_per_s"] > 0 and row["repeats"] == 1
         assert row["train_vs_stock"] == 1.0 if row["impl"] == "fairseq_mha" else row["train_vs_stock"] > 0
     # --profile: every implementation's attention blocks profiled, operators by self CPU time
     for cell in cells:
@@ -144,4 +193,4 @@ def test_quick_benchmark_writes_its_schema(tmp_path):
     assert inference.startswith("| size | batch | len | impl") and inference.count("\n") == len(cells) + 2
     assert train_table.count("\n| ") == len(training) + 1
     assert "fairseq MHA" in proc.stdout
-    assert not list(out_json.parent.glob(".*.tmp")), "temporary files are renamed away"
+    assert sorted(p.name for p in out_json.parent.iterdir()) == ["bench.json", "bench.md"]  # no temporary files

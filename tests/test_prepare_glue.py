@@ -1,10 +1,13 @@
-"""Tests for scripts/prepare_glue.py on tiny GLUE-layout folders (offline).
+"""Tests for scripts/prepare_glue.py (and budget_plugin.tools' data preparation behind
+it) on tiny GLUE-layout folders (offline).
 
 The module fixture prepares SST-2, RTE, STS-B and MNLI once with the real fairseq-preprocess
-(the slow part); the other tests read its output, or fail before any binarizing starts.
+(the slow part: its tests are marked slow); the other tests fail before any binarizing
+starts, or binarize with a stand-in.
 """
 
 import contextlib
+import importlib.util
 import io
 import random
 import subprocess
@@ -14,12 +17,20 @@ from pathlib import Path
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
-sys.path.insert(0, str(SCRIPTS))
-import prepare_glue  # noqa: E402
+from budget_plugin.tools import fairseq_cli
+from budget_plugin.tools import prepare as prepare_module
+from budget_plugin.tools.errors import PreprocessError
+from budget_plugin.tools.glue_layout import LAYOUTS
+from budget_plugin.tools.prepare import prepare_task
+from budget_plugin.tools.tsv import read_task
+from budget_plugin.tools.vocabulary import SPM_MODEL_NAME, load_sentencepiece
+from conftest import REPO
+from fairseq.data import Dictionary, data_utils
 
-pytest.importorskip("fairseq")
-from fairseq.data import Dictionary, data_utils  # noqa: E402
+SCRIPT = REPO / "scripts" / "prepare_glue.py"
+spec = importlib.util.spec_from_file_location("prepare_glue", SCRIPT)
+prepare_glue = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(prepare_glue)
 
 MAX_POSITIONS = 16  # small, so that some fixture examples are "too long"
 WORDS = (
@@ -95,7 +106,8 @@ def make_stsb(root: Path, rng: random.Random, n=(20, 6, 4)):
 
 
 def make_mnli(root: Path, rng: random.Random):
-    ids = "index promptID pairID genre sentence1_binary_parse sentence2_binary_parse sentence1_parse sentence2_parse".split()
+    ids = ("index promptID pairID genre sentence1_binary_parse sentence2_binary_parse sentence1_parse "
+           "sentence2_parse").split()
     labels = ["entailment", "neutral", "contradiction", "neutral"]
 
     def row(i, extra_labels):
@@ -138,7 +150,7 @@ class Prepared:
         return data_utils.load_indexed_dataset(str(self.bin(task) / key / split), dictionary), dictionary
 
     def sp(self, task: str):
-        return prepare_glue.load_sentencepiece(self.bin(task) / prepare_glue.SPM_MODEL_NAME)
+        return load_sentencepiece(self.bin(task) / SPM_MODEL_NAME)
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +178,7 @@ def prepared(tmp_path_factory):
 
 
 def text_columns(task: str, split_file: str):
-    layout = prepare_glue.LAYOUTS[task]
+    layout = LAYOUTS[task]
     return [c - 1 for c in layout.columns(split_file).text]
 
 
@@ -175,6 +187,7 @@ def text_columns(task: str, split_file: str):
 # --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cli_prepares_every_task_present(prepared):
     assert sorted(p.name for p in prepared.out.iterdir()) == ["MNLI-bin", "RTE-bin", "SST-2-bin", "STS-B-bin"]
     for task in ("SST-2", "RTE", "STS-B", "MNLI"):
@@ -193,9 +206,10 @@ SPLITS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", list(SPLITS))
 def test_every_row_becomes_one_example(prepared, task):
-    n_inputs = prepare_glue.LAYOUTS[task].num_inputs
+    n_inputs = LAYOUTS[task].num_inputs
     for split_file, split in SPLITS[task]:
         n_rows = len(prepared.rows[task][split_file])
         for i in range(n_inputs):
@@ -208,6 +222,7 @@ def test_every_row_becomes_one_example(prepared, task):
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["RTE", "MNLI", "STS-B"])
 def test_pair_inputs_share_one_dictionary(prepared, task):
     d0 = (prepared.bin(task) / "input0" / "dict.txt").read_text(encoding="utf-8")
@@ -220,6 +235,7 @@ def test_pair_inputs_share_one_dictionary(prepared, task):
         assert dictionary.index(sp.IdToPiece(i)) == i
 
 
+@pytest.mark.slow
 def test_vocabulary_falls_back_when_text_is_small(prepared):
     summary = prepared.summaries["SST-2"]
     assert summary.vocab_size < 200  # requested 200; the fixture has ~25 distinct words
@@ -230,6 +246,7 @@ def decode(dictionary, tokens) -> str:
     return dictionary.string(tokens)  # drops the </s> that fairseq-preprocess appends
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("split_file,split,row", [("train", "train", 5), ("dev", "valid", 3), ("test", "test", 2)])
 def test_pair_rows_stay_aligned(prepared, split_file, split, row):
     source = prepared.rows["RTE"][split_file][row]
@@ -243,6 +260,7 @@ def test_pair_rows_stay_aligned(prepared, split_file, split, row):
         assert decode(label_dict, labels[row]) == source[3]
 
 
+@pytest.mark.slow
 def test_fairseq_sentencepiece_bpe_encodes_like_the_data(prepared):
     """Raw text through fairseq's own `--bpe sentencepiece` gives exactly the binarized ids."""
     from fairseq.data.encoders.sentencepiece_bpe import SentencepieceBPE, SentencepieceConfig
@@ -256,6 +274,7 @@ def test_fairseq_sentencepiece_bpe_encodes_like_the_data(prepared):
         assert ids.tolist() == dataset[row].tolist()
 
 
+@pytest.mark.slow
 def test_label_dictionary_built_from_training_labels(prepared):
     # fairseq-preprocess's order: most frequent first, ties alphabetical.
     assert (prepared.bin("RTE") / "label" / "dict.txt").read_text().split("\n")[:2] == [
@@ -268,6 +287,7 @@ def test_label_dictionary_built_from_training_labels(prepared):
         assert not list((prepared.bin(task) / "label").glob("test*"))
 
 
+@pytest.mark.slow
 def test_regression_labels_are_floats_divided_by_five(prepared):
     label_dir = prepared.bin("STS-B") / "label"
     assert sorted(p.name for p in label_dir.iterdir()) == ["train.label", "valid.label"]
@@ -279,6 +299,7 @@ def test_regression_labels_are_floats_divided_by_five(prepared):
     assert prepared.summaries["STS-B"].labels is None
 
 
+@pytest.mark.slow
 def test_mnli_has_two_dev_and_two_test_sets(prepared):
     for split, rows in (("valid", "dev_matched"), ("valid1", "dev_mismatched")):
         labels, label_dict = prepared.dataset("MNLI", "label", split)
@@ -290,6 +311,7 @@ def test_mnli_has_two_dev_and_two_test_sets(prepared):
     assert decode(dictionary, dataset[2]) == " ".join(sp.EncodeAsPieces(prepared.rows["MNLI"]["test_mismatched"][2][9]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task,num_classes", [("SST-2", 2), ("RTE", 2)])
 def test_too_long_counts_match_fairseq_sentence_prediction(prepared, task, num_classes):
     """Lengths as fairseq's sentence_prediction task builds inputs (<s> a </s> [</s> b </s>])."""
@@ -308,6 +330,7 @@ def test_too_long_counts_match_fairseq_sentence_prediction(prepared, task, num_c
     assert sum(s.too_long for s in prepared.summaries["RTE"].splits) > 0  # the check is not vacuous
 
 
+@pytest.mark.slow
 def test_relative_paths_work_from_any_directory(tmp_path, monkeypatch):
     """fairseq-preprocess runs inside a work folder: relative --out-dir / --glue-dir must
     still name the caller's folders (it once looked for dict.txt relative to work/)."""
@@ -325,9 +348,10 @@ def test_cola_has_no_header_in_train_and_dev(tmp_path):
     write_tsv(tmp_path / "CoLA" / "train.tsv", None, rows)
     write_tsv(tmp_path / "CoLA" / "dev.tsv", None, rows[:1])
     write_tsv(tmp_path / "CoLA" / "test.tsv", ["index", "sentence"], [[0, "A test ."]])
-    splits = prepare_glue.read_task(tmp_path / "CoLA", prepare_glue.LAYOUTS["CoLA"],
-                                    labelled_test=False, skip_bad_rows=False, log=lambda m: None)
-    assert [s.texts for s in splits] == [[("The cat sat .",), ("Cat the sat .",)], [("The cat sat .",)], [("A test .",)]]
+    splits = read_task(tmp_path / "CoLA", LAYOUTS["CoLA"], labelled_test=False, skip_bad_rows=False,
+                       log=lambda m: None)
+    assert [s.texts for s in splits] == [
+        [("The cat sat .",), ("Cat the sat .",)], [("The cat sat .",)], [("A test .",)]]
     assert [s.labels for s in splits] == [["1", "0"], ["1"], None]
 
 
@@ -377,12 +401,13 @@ def test_bad_input_is_reported_with_file_and_line(tmp_path, capsys, task, name, 
     assert not out.exists() or not any(out.iterdir())  # nothing written, not even a temp folder
 
 
+@pytest.mark.slow
 def test_script_exits_2_with_one_line(tmp_path):
     glue = tmp_path / "glue"
     make_sst2(glue, random.Random(2))
     corrupt(glue / "SST-2" / "dev.tsv", 4, b"no label here")
     result = subprocess.run(
-        [sys.executable, str(SCRIPTS / "prepare_glue.py"), "--glue-dir", str(glue), "--out-dir", str(tmp_path / "out")],
+        [sys.executable, str(SCRIPT), "--glue-dir", str(glue), "--out-dir", str(tmp_path / "out")],
         capture_output=True, text=True,
     )
     assert result.returncode == 2
@@ -391,6 +416,7 @@ def test_script_exits_2_with_one_line(tmp_path):
                       " (use --skip-bad-rows to skip such rows)"]
 
 
+@pytest.mark.slow
 def test_skip_bad_rows_counts_per_file(prepared, tmp_path):
     """A custom folder in SST-2 layout (labelled test), reusing the SST-2 sentencepiece model."""
     rng = random.Random(3)
@@ -402,7 +428,7 @@ def test_skip_bad_rows_counts_per_file(prepared, tmp_path):
     write_tsv(task / "test.tsv", header, [[sentence(rng), "0"], [" ", "1"], [sentence(rng), "1"], [sentence(rng), "0"]])
     model = prepared.bin("SST-2") / "sentencepiece.bpe.model"
 
-    summary = prepare_glue.prepare_task(task, tmp_path / "out", layout="SST-2", name="MR", labelled_test=True,
+    summary = prepare_task(task, tmp_path / "out", layout="SST-2", name="MR", labelled_test=True,
                                         spm_model=model, skip_bad_rows=True, log=lambda m: None)
 
     train_s, dev_s, test_s = summary.splits
@@ -417,7 +443,8 @@ def test_skip_bad_rows_counts_per_file(prepared, tmp_path):
 
     out = tmp_path / "out" / "MR-bin"
     # A labelled test split is binarized with its labels.
-    labels = data_utils.load_indexed_dataset(str(out / "label" / "test"), Dictionary.load(str(out / "label" / "dict.txt")))
+    labels = data_utils.load_indexed_dataset(str(out / "label" / "test"),
+                                             Dictionary.load(str(out / "label" / "dict.txt")))
     assert len(labels) == 3
     assert summary.spm_source.startswith("reused")
     assert (out / "input0" / "dict.txt").read_text() == (prepared.bin("SST-2") / "input0" / "dict.txt").read_text()
@@ -429,7 +456,7 @@ def test_skip_bad_rows_counts_per_file(prepared, tmp_path):
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("error", [prepare_glue.PreprocessError("boom"), KeyboardInterrupt()])
+@pytest.mark.parametrize("error", [PreprocessError("boom"), KeyboardInterrupt()])
 def test_failed_run_keeps_previous_folder_and_no_temp(tmp_path, monkeypatch, error):
     glue, out = tmp_path / "glue", tmp_path / "out"
     make_sst2(glue, random.Random(4))
@@ -440,9 +467,9 @@ def test_failed_run_keeps_previous_folder_and_no_temp(tmp_path, monkeypatch, err
     def fail(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr(prepare_glue, "run_binarize_jobs", fail)
+    monkeypatch.setattr(prepare_module, "run_binarize_jobs", fail)
     with pytest.raises(type(error)):
-        prepare_glue.prepare_task(glue / "SST-2", out, vocab_size=50, log=lambda m: None)
+        prepare_task(glue / "SST-2", out, vocab_size=50, log=lambda m: None)
     assert [p.name for p in out.iterdir()] == ["SST-2-bin"]
     assert (previous / "marker").read_text() == "complete earlier run"
 
@@ -451,23 +478,9 @@ def test_fairseq_preprocess_failure_is_reported(tmp_path, monkeypatch, capsys):
     glue, out = tmp_path / "glue", tmp_path / "out"
     make_sst2(glue, random.Random(5))
     fake = [sys.executable, "-c", "import sys; print('something broke'); sys.exit(3)"]
-    monkeypatch.setattr(prepare_glue, "_preprocess_command", lambda: fake)
+    monkeypatch.setattr(fairseq_cli, "console_script", lambda name: fake)
     rc = prepare_glue.main(["--glue-dir", str(glue), "--out-dir", str(out), "--vocab-size", "50"])
     err = capsys.readouterr().err
     assert rc == 1
     assert "fairseq-preprocess failed for" in err and "something broke" in err
     assert list(out.iterdir()) == []
-
-
-def test_building_dir_swaps_in_only_complete_folders(tmp_path):
-    target = tmp_path / "X-bin"
-    with prepare_glue.building_dir(target) as tmp:
-        assert tmp.parent == tmp_path and tmp.name.startswith(".X-bin.tmp-")
-        assert not target.exists()
-        (tmp / "a").write_text("1")
-    assert (target / "a").read_text() == "1"
-    with prepare_glue.building_dir(target) as tmp:
-        (tmp / "b").write_text("2")
-        assert (target / "a").exists()  # the old folder stays until the new one is complete
-    assert sorted(p.name for p in target.iterdir()) == ["b"]
-    assert [p.name for p in tmp_path.iterdir()] == ["X-bin"]

@@ -1,0 +1,18 @@
+"""A trained BudgetFormer named on a script's command line, loaded as its hub interface."""
+
+import argparse
+from pathlib import Path
+
+from budget_plugin import BudgetFormerModel
+
+
+def add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint-dir", required=True, type=Path)
+    parser.add_argument("--checkpoint-file", default="checkpoint_best.pt")
+    parser.add_argument("--data", required=True, type=Path,
+                        help="the binarized data folder (dictionaries, sentencepiece model)")
+
+
+def load_hub(args: argparse.Namespace):
+    """The checkpoint with its task and the data's dictionaries (and sentencepiece model)."""
+    return BudgetFormerModel.from_pretrained(str(args.checkpoint_dir), args.checkpoint_file, str(args.data.resolve()))

@@ -1,0 +1,157 @@
+"""Reading and checking GLUE-style TSV files: every row has the layout's columns,
+non-empty texts and a known label, or it is reported (file and line) or skipped."""
+
+import csv
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, List, Optional, Tuple, Union
+
+from .errors import DataError
+from .glue_layout import Columns, Layout
+
+# GLUE texts hold long fields; the csv module's default limit (128 KiB) is not enough in general.
+csv.field_size_limit(2**31 - 1)
+
+
+@dataclass
+class Split:
+    """One input file, read and checked."""
+
+    stem: str  # file stem, e.g. "dev_matched"
+    name: str  # fairseq split name, e.g. "valid"
+    path: Path
+    texts: List[Tuple[str, ...]] = field(default_factory=list)
+    labels: Optional[List[str]] = None  # None for unlabelled test files
+    skipped: Counter = field(default_factory=Counter)  # reason -> rows skipped
+    first_skipped_line: Optional[int] = None
+
+
+def _tsv_lines(path: Path) -> Iterator[Tuple[int, Union[str, UnicodeDecodeError]]]:
+    """Yield (line number, decoded line) without the line ending; a decode error instead of text."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            raw = raw.rstrip(b"\n").rstrip(b"\r")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                yield lineno, e
+                continue
+            if lineno == 1:
+                line = line.lstrip("\ufeff")  # tolerate a byte-order mark
+            yield lineno, line
+
+
+def _split_fields(line: str) -> List[str]:
+    # GLUE files are unquoted TSV: quotes are ordinary characters (QUOTE_NONE).
+    return next(csv.reader([line], delimiter="\t", quoting=csv.QUOTE_NONE), [])
+
+
+def _row_problem(
+    fields: List[str], columns: Columns, regression: bool, known_labels: Optional[set]
+) -> Optional[Tuple[str, str]]:
+    """Return (reason, detail) if the row is unusable, else None."""
+    if len(fields) != columns.width:
+        return "wrong column count", f"expected {columns.width} tab-separated columns, found {len(fields)}"
+    for col in columns.text:
+        if not fields[col - 1].strip():
+            return "empty text", f"empty text in column {col}"
+    if columns.label is None:
+        return None
+    label = fields[columns.label - 1].strip()
+    if regression:
+        try:
+            ok = math.isfinite(float(label))
+        except ValueError:
+            ok = False
+        if not ok:
+            return "bad label", f"label {label!r} in column {columns.label} is not a number"
+    elif not label or any(c.isspace() for c in label):
+        return "bad label", f"label {label!r} in column {columns.label} is empty or contains spaces"
+    elif known_labels is not None and label not in known_labels:
+        seen = ", ".join(sorted(known_labels))
+        return "unseen label", f"label {label!r} never occurs in train.tsv (train labels: {seen})"
+    return None
+
+
+def read_split(
+    path: Path,
+    stem: str,
+    name: str,
+    columns: Columns,
+    *,
+    regression: bool,
+    known_labels: Optional[set],
+    skip_bad_rows: bool,
+) -> Split:
+    """Read one TSV file, keeping the text columns (and the label column, if any) of every row.
+
+    A bad row raises DataError naming the file and line, or is counted and skipped.
+    """
+    split = Split(stem, name, path, labels=[] if columns.label is not None else None)
+
+    def bad(lineno: int, reason: str, detail: str) -> None:
+        if not skip_bad_rows:
+            raise DataError(f"{path}:{lineno}: {detail} (use --skip-bad-rows to skip such rows)")
+        split.skipped[reason] += 1
+        if split.first_skipped_line is None:
+            split.first_skipped_line = lineno
+
+    for lineno, line in _tsv_lines(path):
+        if isinstance(line, UnicodeDecodeError):
+            byte = line.object[line.start]
+            bad(lineno, "not UTF-8", f"invalid UTF-8 byte 0x{byte:02x} at byte {line.start + 1}")
+            continue
+        try:
+            fields = _split_fields(line)
+        except csv.Error as e:  # e.g. a stray carriage return inside a field
+            bad(lineno, "malformed line", f"malformed line: {e}")
+            continue
+        if columns.header and lineno == 1:
+            # A header of the wrong width means the wrong file or the wrong layout: never skip it.
+            if len(fields) != columns.width:
+                raise DataError(
+                    f"{path}:1: header has {len(fields)} columns, expected {columns.width}"
+                    " (is this the right task layout?)"
+                )
+            continue
+        problem = _row_problem(fields, columns, regression, known_labels)
+        if problem:
+            bad(lineno, *problem)
+            continue
+        split.texts.append(tuple(fields[c - 1] for c in columns.text))
+        if split.labels is not None:
+            split.labels.append(fields[columns.label - 1].strip())
+    return split
+
+
+def read_task(
+    task_dir: Path, layout: Layout, *, labelled_test: bool, skip_bad_rows: bool, log: Callable[[str], None]
+) -> List[Split]:
+    """Read every file of a task. Training labels are read first: dev labels must be among them."""
+    paths = [task_dir / f"{stem}.tsv" for stem, _ in layout.files]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise DataError(f"missing input file: {', '.join(missing)}")
+
+    splits: List[Split] = []
+    known_labels = None
+    for (stem, name), path in zip(layout.files, paths):
+        log(f"reading {path}")
+        split = read_split(
+            path,
+            stem,
+            name,
+            layout.columns(stem, labelled_test),
+            regression=layout.regression,
+            known_labels=known_labels,
+            skip_bad_rows=skip_bad_rows,
+        )
+        if stem == "train":
+            if not split.texts:
+                raise DataError(f"{path}: no usable training rows")
+            if not layout.regression:
+                known_labels = set(split.labels)
+        splits.append(split)
+    return splits

@@ -1,0 +1,74 @@
+"""scripts/demo.py --quick: the main job end to end, offline, on tiny synthetic data."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+spec = importlib.util.spec_from_file_location("demo", REPO / "scripts" / "demo.py")
+demo = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(demo)
+
+
+def read_tsv(path):
+    header, *rows = path.read_text().splitlines()
+    assert header == "sentence\tlabel"
+    return [row.split("\t") for row in rows]
+
+
+def test_the_toy_reviews_are_seeded_balanced_and_labelled_by_their_words(tmp_path):
+    first = demo.write_toy_reviews(tmp_path / "a", seed=3)
+    again = demo.write_toy_reviews(tmp_path / "b", seed=3)
+    other = demo.write_toy_reviews(tmp_path / "c", seed=4)
+    for split, n in (("train", 400), ("dev", 60), ("test", 60)):
+        rows = read_tsv(first / f"{split}.tsv")
+        assert (first / f"{split}.tsv").read_text() == (again / f"{split}.tsv").read_text()
+        assert (first / f"{split}.tsv").read_text() != (other / f"{split}.tsv").read_text()
+        assert len(rows) == n and sum(label == "1" for _, label in rows) == n // 2
+        for sentence, label in rows:
+            words = sentence.split()
+            praise = sum(w in ("good", "great", "superb", "moving", "charming", "funny") for w in words)
+            blame = sum(w in ("bad", "dull", "awful", "boring", "tedious", "weak") for w in words)
+            assert (praise > blame) == (label == "1") and praise * blame == 0, sentence
+
+
+@pytest.mark.slow
+def test_quick_demo_runs_offline_end_to_end(tmp_path):
+    data, results, checkpoints = tmp_path / "data", tmp_path / "results", tmp_path / "checkpoints"
+    offline = dict(os.environ, PIP_NO_INDEX="1", http_proxy="http://127.0.0.1:9", https_proxy="http://127.0.0.1:9",
+                   OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "demo.py"), "--quick", "--max-update", "30", "--data-dir", str(data),
+         "--out-dir", str(results), "--save-dir", str(checkpoints)],
+        capture_output=True, text=True, timeout=600, env=offline, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # the data were written and prepared here, nothing fetched
+    assert sorted(p.name for p in data.iterdir()) == ["QUICK-bin", "raw"]
+    assert sorted(p.name for p in (data / "raw" / "QUICK").iterdir()) == ["dev.tsv", "test.tsv", "train.tsv"]
+    assert (data / "QUICK-bin" / "sentencepiece.bpe.model").is_file()
+
+    rows = json.loads((results / "demo.json").read_text())
+    assert list(rows) == ["roberta (stock fairseq MHA)", "budgetformer_tiny"]
+    stock, budget = rows.values()
+    for row, folder in ((stock, "roberta"), (budget, "budgetformer_tiny")):
+        assert row["test_examples"] == 60  # every test example, scored once
+        assert 0 <= row["dev_accuracy"] <= 100 and 0 <= row["test_accuracy"] <= 100 and row["train_wall_s"] > 0
+        assert row["checkpoint"] == str(checkpoints / folder / "checkpoint_best.pt")
+        assert (checkpoints / folder / "checkpoint_best.pt").is_file()
+    assert (stock["heads_per_layer"], stock["head_ratio"], stock["attn_flops_ratio"]) == (4.0, 1.0, 1.0)
+    assert 1 <= budget["heads_per_layer"] <= 4
+    assert budget["head_ratio"] == pytest.approx(budget["heads_per_layer"] / 4, abs=1e-3)
+
+    table = (results / "demo.md").read_text()
+    assert table.startswith("| system | dev acc | test acc |") and table.count("\n") == 4
+    assert table.strip() in proc.stdout and "QUICK, budgetformer_tiny size" in proc.stdout
+    usage = json.loads((results / "heads" / "heads.json").read_text())
+    assert usage["split"] == "test" and usage["examples"] == 60 and len(usage["mean_heads_per_layer"]) == 2
+    for picture in ("heads_overall.png", "heads_by_class.png", "budgets.png"):
+        assert (results / "heads" / picture).stat().st_size > 0

@@ -1,0 +1,242 @@
+"""budget_plugin.tools, the scripts' shared tooling: atomic files, fairseq's command
+lines and logs, models built from the architecture registry, the study's records."""
+
+import os
+import stat
+import sys
+
+import pytest
+import torch
+
+from budget_plugin.models.budgetformer import BudgetFormerModel
+from budget_plugin.tools import fairseq_cli, study
+from budget_plugin.tools.building import architecture_args, build_model, dictionary, size_flags, size_of, size_options
+from budget_plugin.tools.files import atomic_path, building_dir, write_atomic, write_json
+from fairseq.models import ARCH_MODEL_REGISTRY
+from fairseq.models.roberta import RobertaModel
+
+
+def plain_file_mode():
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+# ----------------------------------------------------------------------- files
+
+
+def test_write_atomic_writes_text_bytes_and_json_with_plain_permissions(tmp_path):
+    text, data, obj = tmp_path / "a" / "t.md", tmp_path / "b.bin", tmp_path / "c.json"
+    write_atomic(text, "héllo\n")  # the folder is created
+    write_atomic(data, b"\x00\xff")
+    write_json(obj, {"x": [1, 2.5]})
+    assert text.read_text(encoding="utf-8") == "héllo\n"
+    assert data.read_bytes() == b"\x00\xff"
+    assert obj.read_text() == '{\n  "x": [\n    1,\n    2.5\n  ]\n}\n'
+    # a private temporary file (mkstemp's 0600) would make the result unreadable to others
+    assert stat.S_IMODE(text.stat().st_mode) == plain_file_mode()
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a", "b.bin", "c.json", "t.md"]
+
+
+@pytest.mark.parametrize("error", [RuntimeError("disk full"), KeyboardInterrupt()])
+def test_a_failed_write_leaves_the_old_file_and_no_temporary_one(tmp_path, error):
+    target = tmp_path / "report.json"
+    write_atomic(target, "old, complete\n")
+    with pytest.raises(type(error)):
+        with atomic_path(target) as tmp:
+            tmp.write_text("half of the new")
+            assert target.read_text() == "old, complete\n"  # nothing seen before the rename
+            raise error
+    assert target.read_text() == "old, complete\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["report.json"]
+
+
+def test_atomic_path_keeps_the_suffix_for_writers_that_pick_a_format_by_it(tmp_path):
+    with atomic_path(tmp_path / "plot.png") as tmp:
+        assert tmp.parent == tmp_path and tmp.suffix == ".png" and tmp.name.startswith(".plot.png.")
+        torch.save({"a": 1}, tmp)
+    assert torch.load(tmp_path / "plot.png") == {"a": 1}
+
+
+def test_building_dir_swaps_in_only_complete_folders(tmp_path):
+    target = tmp_path / "X-bin"
+    with building_dir(target) as tmp:
+        assert tmp.parent == tmp_path and tmp.name.startswith(".X-bin.tmp-")
+        assert not target.exists()
+        (tmp / "a").write_text("1")
+    assert (target / "a").read_text() == "1"
+    with building_dir(target) as tmp:
+        (tmp / "b").write_text("2")
+        assert (target / "a").exists()  # the old folder stays until the new one is complete
+    assert sorted(p.name for p in target.iterdir()) == ["b"]
+    with pytest.raises(KeyboardInterrupt):
+        with building_dir(target) as tmp:
+            (tmp / "c").write_text("3")
+            raise KeyboardInterrupt
+    assert sorted(p.name for p in target.iterdir()) == ["b"]
+    assert [p.name for p in tmp_path.iterdir()] == ["X-bin"]
+
+
+# ----------------------------------------------------------------------- fairseq's logs
+
+VALID_LINE = ("2024-05-01 12:00:00 | INFO | valid | epoch 003 | valid on 'valid' subset | loss 0.693 | "
+              "nll_loss 0.01 | accuracy 87.5 | heads_l0 3.25 | heads_l1 2 | wps 1.2e+05 | lr 1e-05 | bsz 60 | "
+              "num_updates 39")
+TRAIN_LINE = ("2024-05-01 12:00:00 | INFO | train_inner | epoch 001:     10 / 13 loss=1.009, nll_loss=0.032, "
+              "lr=5e-05, gnorm=2.3, delta=-1.5e-3, gb_free=None, wall=3")
+
+
+def test_parse_metrics_reads_both_forms_exponents_and_negative_numbers():
+    valid = fairseq_cli.parse_metrics(VALID_LINE)
+    assert valid == {"epoch": 3.0, "loss": 0.693, "nll_loss": 0.01, "accuracy": 87.5, "heads_l0": 3.25,
+                     "heads_l1": 2.0, "wps": 1.2e5, "lr": 1e-05, "bsz": 60.0, "num_updates": 39.0}
+    train = fairseq_cli.parse_metrics(TRAIN_LINE)
+    assert train == {"loss": 1.009, "nll_loss": 0.032, "lr": 5e-05, "gnorm": 2.3, "delta": -1.5e-3, "wall": 3.0}
+    assert fairseq_cli.parse_metrics("| loss -0.5 | ppl inf | head_ratio .75") == {
+        "loss": -0.5, "ppl": float("inf"), "head_ratio": 0.75}
+    assert fairseq_cli.parse_metrics("| valid on 'valid' subset | lr 1e-05x") == {}
+
+
+def test_validations_and_the_best_one_of_a_training_log():
+    log = "\n".join([
+        VALID_LINE.replace("accuracy 87.5", "accuracy 80").replace("epoch 003", "epoch 001"),
+        TRAIN_LINE,
+        VALID_LINE.replace("epoch 003", "epoch 002"),
+        VALID_LINE.replace("valid on 'valid'", "valid on 'test'"),
+        VALID_LINE,  # ties the best: fairseq keeps the later one
+        VALID_LINE.replace("accuracy 87.5", "accuracy 85").replace("epoch 003", "epoch 004"),
+    ])
+    found = fairseq_cli.validation_metrics(log)
+    assert [m["epoch"] for m in found] == [1, 2, 3, 4]
+    assert [m["epoch"] for m in fairseq_cli.validation_metrics(log, "test")] == [3]
+    assert fairseq_cli.best_validation(log)["epoch"] == 3
+    assert study.heads_per_layer(fairseq_cli.best_validation(log)) == [3.25, 2.0]
+    with pytest.raises(fairseq_cli.CommandFailed, match="no validation line"):
+        fairseq_cli.best_validation(TRAIN_LINE)
+
+
+def test_heads_per_layer_follows_the_layer_numbers_not_the_text_order():
+    metrics = {f"heads_l{i}": float(i) for i in reversed(range(12))} | {"heads": 5.5}
+    assert study.heads_per_layer(metrics) == [float(i) for i in range(12)]
+
+
+# ----------------------------------------------------------------------- running commands
+
+
+def test_console_script_is_this_environments():
+    [exe] = fairseq_cli.console_script("fairseq-train")
+    assert os.path.dirname(exe) == os.path.dirname(sys.executable)
+
+
+def test_run_returns_the_output_keeps_a_log_and_echoes_progress(tmp_path, capsys):
+    lines = ["step 1", "2024-05-01 12:00:00 | INFO | fairseq_cli.train | valid on x | accuracy 9", "plain | line"]
+    script = f"import os; print(*{lines!r}, sep=chr(10)); print('threads', os.environ['OMP_NUM_THREADS'])"
+    log = tmp_path / "out.log"
+    output = fairseq_cli.run([sys.executable, "-c", script], log_path=log, threads=3,
+                             progress=lambda line: "|" in line)
+    assert output == "\n".join(lines) + "\nthreads 3\n"
+    assert log.read_text() == output
+    assert capsys.readouterr().out == "    valid on x | accuracy 9\n    plain | line\n"  # fairseq's prefix cut
+
+
+def test_run_fails_with_the_exit_status_and_the_output_tail(tmp_path):
+    script = "import sys; print('line ' * 2000); print('what went wrong'); sys.exit(3)"
+    with pytest.raises(fairseq_cli.CommandFailed) as failure:
+        fairseq_cli.run([sys.executable, "-c", script], log_path=tmp_path / "x.log")
+    message = str(failure.value)
+    assert "failed (3, log " in message and message.endswith("what went wrong\n")
+    assert len(message) < 4200  # the tail, not the whole output
+
+
+def test_run_stops_a_command_at_its_timeout():
+    with pytest.raises(fairseq_cli.CommandFailed, match=r"timed out \(0.5s\)"):
+        fairseq_cli.run([sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"],
+                        timeout=0.5)
+
+
+# ----------------------------------------------------------------------- building
+
+BUDGETFORMER_ARCHS = sorted(a for a, model in ARCH_MODEL_REGISTRY.items() if model is BudgetFormerModel)
+LARGE = {"budgetformer_large"}  # 300M parameters: seconds and GBs to build
+
+
+@pytest.mark.parametrize("arch", [pytest.param(a, marks=pytest.mark.slow) if a in LARGE else a
+                                  for a in BUDGETFORMER_ARCHS])
+def test_a_registered_architecture_builds_at_the_registrys_size(arch):
+    registered = architecture_args(arch)  # what fairseq-train --arch ARCH would run with
+    model = build_model(arch, vocab=12)
+    layers = model.encoder.sentence_encoder.layers
+    attention = layers[0].self_attn
+    built = (len(layers), attention.embed_dim, layers[0].fc1.out_features, attention.num_heads)
+    assert built == tuple(size_of(arch)) == (registered.encoder_layers, registered.encoder_embed_dim,
+                                              registered.encoder_ffn_embed_dim, registered.encoder_attention_heads)
+    assert type(model) is BudgetFormerModel and model.args.arch == arch
+    assert model.encoder.sentence_encoder.embed_tokens.num_embeddings == 12
+
+
+def test_the_registered_sizes_differ_from_each_other():
+    """A registry whose sized architectures all fell back to one default would pass the test above."""
+    sizes = {arch: size_of(arch) for arch in BUDGETFORMER_ARCHS}
+    assert len({sizes[a] for a in ("budgetformer_tiny", "budgetformer_small", "budgetformer_base",
+                                   "budgetformer_large")}) == 4
+    assert sizes["budgetformer"] == sizes["budgetformer_base"] == size_of("roberta")
+
+
+def test_stock_roberta_of_a_budgetformers_size():
+    stock = build_model("roberta", vocab=20, max_positions=32, num_classes=3, **size_options("budgetformer_tiny"))
+    budget = build_model("budgetformer_tiny", vocab=20, max_positions=32)
+    assert type(stock) is RobertaModel and size_of(stock.args) == size_of(budget.args)
+    assert stock.args.max_positions == 32 and "sentence_classification_head" in stock.classification_heads
+    # the same weights, less the routers
+    assert set(stock.encoder.state_dict()) == {k for k in budget.encoder.state_dict() if ".router." not in k}
+    flags = size_flags("budgetformer_tiny")
+    assert dict(zip(flags[::2], flags[1::2])) == {
+        "--encoder-layers": "2", "--encoder-embed-dim": "64", "--encoder-ffn-embed-dim": "128",
+        "--encoder-attention-heads": "4"}
+
+
+def test_building_from_a_checkpoints_options_keeps_them_and_copies_them():
+    args = architecture_args("budgetformer_tiny", min_heads=2, max_positions=40)
+    model = build_model("budgetformer_tiny", vocab=30, args=args, head_selection="static", fixed_heads="2")
+    assert (model.args.min_heads, model.args.max_positions, model.args.head_selection) == (2, 40, "static")
+    assert args.head_selection == "learned"  # the caller's options are untouched
+    assert len(dictionary(30)) == 30
+
+
+# ----------------------------------------------------------------------- the study's records
+
+
+def test_cached_record_is_reused_only_with_the_same_settings(tmp_path):
+    path = tmp_path / "result.json"
+    assert study.cached_record(path, updates=20) is None
+    write_json(path, {"updates": 20, "lr": 5e-4, "fixed_heads": None, "test_accuracy": 61.0})
+    assert study.cached_record(path, updates=20, lr=5e-4, fixed_heads=None)["test_accuracy"] == 61.0
+    assert study.cached_record(path, updates=21, lr=5e-4) is None
+    assert study.cached_record(path, updates=20, fixed_heads=[2.0, 2.0]) is None
+    write_json(path, {"updates": 20, "lr": 5e-4})  # a sweep's record: no fixed budget stored
+    assert study.cached_record(path, updates=20, fixed_heads=None) is not None
+
+
+def test_mean_std():
+    assert study.mean_std([70.0]) == (70.0, 0.0)
+    mean, std = study.mean_std([1.0, 2.0, 4.0])
+    assert mean == pytest.approx(7 / 3) and std == pytest.approx(1.5275252)
+    assert study.mean_std([1.0, 2.0, 4.0], 2) == (2.33, 1.53)
+
+
+def test_system_args_pass_exploration_explicitly_and_size_the_stock_model_from_the_registry():
+    full = study.system_args("full", 100, quick=True)
+    assert full[:2] == ["--arch", "roberta"] and full[2:10] == size_flags("budgetformer_tiny")
+    assert "--exploration-updates" not in full
+    for system, exploration in (("budget", "40"), ("no_explore", "0")):
+        args = study.system_args(system, 100, quick=False)
+        assert args[:2] == ["--arch", "budgetformer_small"]
+        assert args[args.index("--exploration-updates") + 1] == exploration
+    static = study.system_args("static", 100, quick=True, fixed_heads=[2.0, 1.5])
+    assert static[-4:] == ["--head-selection", "static", "--fixed-heads", "2.00,1.50"]
+
+
+def test_parse_updates_names_the_option():
+    assert study.parse_updates(["TOY=7"]) == dict(study.UPDATES, TOY=7)
+    with pytest.raises(SystemExit, match="--updates expects NAME=N"):
+        study.parse_updates(["MR=0"])
