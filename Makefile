@@ -21,8 +21,10 @@ $(VENV)/.installed: setup.py
 
 setup: $(VENV)/.installed
 
+# two workers (most tests run one single-threaded fairseq process at a time); a
+# file's tests stay together, so each module's fixtures are built once
 test: setup
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n 2 --dist loadfile tests
 
 # the math and wiring, without the end-to-end runs of fairseq's tools and the scripts
 test-fast: setup

@@ -22,9 +22,13 @@ setup(
         "sentencepiece",
         "hydra-core>=1.0.7,<1.4",
         "tensorboard",
+        "safetensors",  # the safe, standard reader of .safetensors weights: no hand-written parser
+        # BERT's WordPiece tokenizer as the pretrained models ship it (tokenizer.json):
+        # the reference implementation of their normalisation, not a re-implementation
+        "tokenizers",
     ],
     extras_require={
-        "test": ["pytest", "matplotlib"],
+        "test": ["pytest", "pytest-xdist", "matplotlib"],  # xdist: the suite on both cores
         "viz": ["matplotlib"],
     },
 )

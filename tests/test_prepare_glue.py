@@ -446,7 +446,7 @@ def test_skip_bad_rows_counts_per_file(prepared, tmp_path):
     labels = data_utils.load_indexed_dataset(str(out / "label" / "test"),
                                              Dictionary.load(str(out / "label" / "dict.txt")))
     assert len(labels) == 3
-    assert summary.spm_source.startswith("reused")
+    assert summary.tokenizer.startswith("sentencepiece reused")
     assert (out / "input0" / "dict.txt").read_text() == (prepared.bin("SST-2") / "input0" / "dict.txt").read_text()
     assert (out / "sentencepiece.bpe.model").read_bytes() == model.read_bytes()
 

@@ -12,14 +12,20 @@ from fairseq.models import register_model, register_model_architecture
 from fairseq.models.roberta import RobertaEncoder, RobertaModel
 from fairseq.models.roberta.model import base_architecture as roberta_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerEncoder
+from fairseq.modules import layer_norm as fairseq_layer_norm
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr, safe_hasattr
 
 from ..config import BudgetConfig, require
 from ..modules import BudgetedAttention, BudgetedEncoderLayer, Exploration, exploration_at
-from .hub_interface import BudgetFormerHubInterface
+from .hub_interface import BudgetFormerHubInterface, tokenizer_options
 
 logger = logging.getLogger(__name__)
+
+DEFAULT_LAYERNORM_EPS = 1e-5  # fairseq.modules.LayerNorm's; BERT-family models use 1e-12
+LAYER_NORMS = (torch.nn.LayerNorm,)  # what fairseq.modules.LayerNorm builds ...
+if fairseq_layer_norm.has_fused_layernorm:  # ... or, on CUDA, apex's fused one
+    LAYER_NORMS += (fairseq_layer_norm.FusedLayerNorm,)
 
 
 class BudgetTransformerEncoder(TransformerEncoder):
@@ -103,25 +109,24 @@ class BudgetFormerModel(RobertaModel):
         model_name_or_path,
         checkpoint_file="checkpoint_best.pt",
         data_name_or_path=".",
-        bpe="sentencepiece",
+        bpe=None,
         **kwargs,
     ) -> BudgetFormerHubInterface:
         """``BudgetFormerModel.from_pretrained(checkpoint_dir, "checkpoint_best.pt",
-        data_dir)``; the sentencepiece model is found next to the data (as
-        scripts/prepare_glue.py writes it) unless ``sentencepiece_model`` is given.
-        Loading keeps torch's ``weights_only=True``."""
+        data_dir)``. The tokenizer is the one the data was prepared with, found in the
+        data folder or next to the checkpoint (``sentencepiece.bpe.model``, or a
+        WordPiece ``tokenizer.json``/``vocab.txt``), else the checkpoint's own
+        ``--bpe``; pass ``bpe=`` (and ``sentencepiece_model=``/``wordpiece_vocab=``) to
+        choose. Loading keeps torch's ``weights_only=True``."""
         from fairseq import hub_utils
 
-        if bpe == "sentencepiece" and "sentencepiece_model" not in kwargs:
-            candidate = Path(model_name_or_path, data_name_or_path, "sentencepiece.bpe.model")
-            if candidate.exists():
-                kwargs["sentencepiece_model"] = str(candidate)
+        data = Path(model_name_or_path, data_name_or_path) if data_name_or_path.startswith(".") else Path(data_name_or_path)
+        kwargs.update(tokenizer_options([data, Path(model_name_or_path)], bpe, kwargs))
         loaded = hub_utils.from_pretrained(
             model_name_or_path,
             checkpoint_file,
             data_name_or_path,
             archive_map=cls.hub_models(),
-            bpe=bpe,
             load_checkpoint_heads=True,
             **kwargs,
         )
@@ -132,6 +137,11 @@ class BudgetFormerModel(RobertaModel):
         super().__init__(args, encoder)  # applies init_bert_params to every nn.Linear ...
         for attention in self.budgeted_attentions():  # ... so the routers are re-initialised
             attention.router.reset_parameters()
+        # fairseq fixes every LayerNorm's eps at 1e-5; a converted BERT needs its own (1e-12)
+        eps = safe_getattr(args, "layernorm_eps", DEFAULT_LAYERNORM_EPS)
+        for module in self.modules():  # embedding LayerNorm, each layer's two, the LM head's
+            if isinstance(module, LAYER_NORMS):
+                module.eps = eps
         self.budget = BudgetConfig.fill_args(args)
         self.num_updates = 0
 
@@ -157,6 +167,11 @@ class BudgetFormerModel(RobertaModel):
     @staticmethod
     def add_args(parser):
         RobertaModel.add_args(parser)
+        parser.add_argument(
+            "--layernorm-eps", type=float, metavar="EPS",
+            help=f"epsilon of every LayerNorm of the model (default {DEFAULT_LAYERNORM_EPS}, fairseq's; "
+            "1e-12 reproduces BERT-family models, see scripts/convert_bert.py)",
+        )
         gen_parser_from_dataclass(parser, BudgetConfig())
 
     @classmethod
@@ -168,6 +183,7 @@ class BudgetFormerModel(RobertaModel):
         budgetformer_architecture(args)
         heads, dim = args.encoder_attention_heads, args.encoder_embed_dim
         require(dim % heads == 0, "encoder_embed_dim", f"divisible by --encoder-attention-heads ({heads})", dim)
+        require(args.layernorm_eps > 0, "layernorm_eps", "> 0", args.layernorm_eps)
         BudgetConfig.fill_args(args).check(args.encoder_layers, heads)
         if not safe_hasattr(args, "max_positions"):
             if not safe_hasattr(args, "tokens_per_sample"):
@@ -205,6 +221,7 @@ class BudgetFormerModel(RobertaModel):
 @register_model_architecture("budgetformer", "budgetformer")
 def budgetformer_architecture(args):
     BudgetConfig.fill_args(args)
+    args.layernorm_eps = safe_getattr(args, "layernorm_eps", DEFAULT_LAYERNORM_EPS)
     roberta_architecture(args)
 
 
@@ -213,12 +230,14 @@ def budgetformer_base_architecture(args):
     budgetformer_architecture(args)
 
 
-def _sized(layers: int, dim: int, ffn: int, heads: int):
+def _sized(layers: int, dim: int, ffn: int, heads: int, **defaults):
     def architecture(args):
         args.encoder_layers = safe_getattr(args, "encoder_layers", layers)
         args.encoder_embed_dim = safe_getattr(args, "encoder_embed_dim", dim)
         args.encoder_ffn_embed_dim = safe_getattr(args, "encoder_ffn_embed_dim", ffn)
         args.encoder_attention_heads = safe_getattr(args, "encoder_attention_heads", heads)
+        for name, value in defaults.items():  # e.g. layernorm_eps, max_positions
+            setattr(args, name, safe_getattr(args, name, value))
         budgetformer_architecture(args)
 
     return architecture
@@ -230,3 +249,8 @@ for _name, _size in {
     "budgetformer_tiny": (2, 64, 128, 4),
 }.items():
     register_model_architecture("budgetformer", _name)(_sized(*_size))
+
+# sentence-transformers' all-MiniLM-L6-v2 (a BERT) as scripts/convert_bert.py converts it
+register_model_architecture("budgetformer", "budgetformer_minilm")(
+    _sized(6, 384, 1536, 12, layernorm_eps=1e-12, max_positions=512)
+)

@@ -1,10 +1,51 @@
-"""Load a trained BudgetFormer in three lines, and ask which heads it runs."""
+"""Load a trained BudgetFormer in three lines, tokenize as its data was, and ask which
+heads it runs."""
 
-from typing import Dict, List, Union
+import logging
+from pathlib import Path
+from typing import Dict, List, Optional, Union
 
 import torch
 
 from fairseq.models.roberta.hub_interface import RobertaHubInterface
+
+from ..encoders.wordpiece import TOKENIZER_FILES
+
+logger = logging.getLogger(__name__)
+
+SENTENCEPIECE_FILE = "sentencepiece.bpe.model"  # as scripts/prepare_glue.py writes it
+
+
+def tokenizer_options(folders: List[Path], bpe: Optional[str], options: dict) -> dict:
+    """The BPE options for ``from_pretrained``: what the caller said, else the tokenizer
+    found in ``folders`` (the data folder, then the checkpoint's): a sentencepiece model
+    or a WordPiece vocabulary. None found: nothing, so the checkpoint's own ``--bpe``
+    (or none) applies."""
+    found = {
+        "sentencepiece": [f / SENTENCEPIECE_FILE for f in folders if (f / SENTENCEPIECE_FILE).is_file()],
+        "wordpiece": [f / name for f in folders for name in TOKENIZER_FILES if (f / name).is_file()],
+    }
+    path_option = {"sentencepiece": "sentencepiece_model", "wordpiece": "wordpiece_vocab"}
+    if bpe is None:
+        kinds = [kind for kind in found if found[kind] and path_option[kind] not in options]
+        kinds += [kind for kind, option in path_option.items() if option in options]
+        kinds = sorted(set(kinds))
+        if len(kinds) > 1:
+            raise ValueError(
+                f"found both a sentencepiece model and a WordPiece vocabulary in {', '.join(map(str, folders))}: "
+                "pass bpe='sentencepiece' or bpe='wordpiece' (and sentencepiece_model=... or wordpiece_vocab=...)"
+            )
+        if not kinds:
+            return {}
+        bpe = kinds[0]
+    if bpe not in path_option:
+        return {"bpe": bpe}
+    option = path_option[bpe]
+    if option not in options:
+        if not found[bpe]:
+            raise ValueError(f"bpe='{bpe}' needs {option}=PATH: none found in {', '.join(map(str, folders))}")
+        options = {option: str(found[bpe][0])}
+    return {"bpe": bpe, option: options[option]}
 
 
 class BudgetFormerHubInterface(RobertaHubInterface):

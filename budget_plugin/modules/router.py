@@ -19,6 +19,9 @@ because training computes all of them).
 
 The baselines (``--head-selection static|random``) replace the predictor by a fixed
 budget per layer: one learned relevance shared by every input, or uniform draws.
+
+Every logit is multiplied by ``--router-scale`` (1 by default), a reparametrization that
+lets the router move faster than the pretrained weights under one learning rate.
 """
 
 import contextlib
@@ -92,12 +95,13 @@ class HeadRouter(nn.Module):
         H, m, start = self.num_heads, self.cfg.min_heads, self.cfg.initial_budget
         start = H - 0.25 if start is None else start
         fraction = min(max((start - m) / (H - m), 1e-3), 1 - 1e-3) if H > m else 0.5
-        nn.init.normal_(self.relevance_proj.weight, std=0.02)
+        scale = self.cfg.router_scale  # the initial logits do not depend on it
+        nn.init.normal_(self.relevance_proj.weight, std=0.02 / scale)
         if self.cfg.head_selection == "static":
-            nn.init.normal_(self.static_logits, std=0.02)
+            nn.init.normal_(self.static_logits, std=0.02 / scale)
         nn.init.zeros_(self.relevance_proj.bias)
         nn.init.zeros_(self.budget_proj.weight)
-        nn.init.constant_(self.budget_proj.bias, math.log(fraction / (1 - fraction)))
+        nn.init.constant_(self.budget_proj.bias, math.log(fraction / (1 - fraction)) / scale)
 
     def set_num_updates(self, num_updates: int):
         """fairseq calls this on every update (and after loading a checkpoint)."""
@@ -144,16 +148,16 @@ class HeadRouter(nn.Module):
         """x: T x B x C (the attention's input)."""
         H, m, B = self.num_heads, self.cfg.min_heads, x.size(1)
         exploration = exploration_at(self.cfg, self.num_updates, self.training)
-        selection = self.cfg.head_selection
+        selection, scale = self.cfg.head_selection, self.cfg.router_scale
         if selection == "learned":
             summary = summarize(x, key_padding_mask, self.cfg.budget_pooling)
-            logits = self.relevance_proj(summary).float()
-            budget = m + (H - m) * torch.sigmoid(self.budget_proj(summary).float().squeeze(-1))
+            logits = scale * self.relevance_proj(summary).float()
+            budget = m + (H - m) * torch.sigmoid(scale * self.budget_proj(summary).float().squeeze(-1))
             heads = budget.detach().round().clamp(m, H).long()
         else:  # baselines: a fixed budget, no router
             budget = x.new_full((B,), self.fixed_heads, dtype=torch.float)
             if selection == "static":
-                logits = self.static_logits.float().expand(B, H)
+                logits = scale * self.static_logits.float().expand(B, H)
                 heads = budget.round().long()
             else:  # floor or ceiling, so that the mean is the fractional budget
                 logits = x.new_zeros((B, H), dtype=torch.float)

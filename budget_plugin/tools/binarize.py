@@ -33,8 +33,8 @@ class SplitSummary:
 class TaskSummary:
     name: str
     out_dir: Path
-    spm_source: str
-    vocab_size: int  # sentencepiece pieces
+    tokenizer: str
+    vocab_size: int  # pieces the tokenizer knows
     dict_size: int  # fairseq source dictionary incl. its 4 specials (fairseq-train adds <mask>)
     max_positions: int
     labels: Optional[List[Tuple[str, int]]]  # (label, train count) in class-index order
@@ -43,7 +43,7 @@ class TaskSummary:
     def format(self) -> str:
         lines = [f"{self.name}: wrote {self.out_dir}"]
         lines.append(
-            f"  sentencepiece: {self.spm_source}, {self.vocab_size} pieces;"
+            f"  tokenizer: {self.tokenizer}, {self.vocab_size} pieces;"
             f" dictionary: {self.dict_size} types incl. 4 specials"
         )
         if self.labels is None:
@@ -80,10 +80,11 @@ def _progress(iterable, desc: str, total: int):
                 mininterval=1.0, disable=not sys.stderr.isatty())
 
 
-def encode_split(sp, split: Split, work: Path, vocab: set, num_inputs: int, max_positions: int) -> SplitSummary:
-    """Write `<name>.input0` (and `.input1`) as sentencepiece pieces, one example per line.
+def encode_split(encode, split: Split, work: Path, vocab: set, num_inputs: int, max_positions: int) -> SplitSummary:
+    """Write `<name>.input0` (and `.input1`) as pieces, one example per line.
 
-    The pieces are exactly what fairseq's SentencepieceBPE.encode produces for the raw text.
+    The pieces are exactly what fairseq's BPE (sentencepiece, or the plugin's wordpiece)
+    produces for the raw text: `encode` is that BPE's split.
     """
     summary = SplitSummary(split.name, split.path.name, len(split.texts), skipped=split.skipped,
                            first_skipped_line=split.first_skipped_line, labelled=split.labels is not None)
@@ -95,7 +96,7 @@ def encode_split(sp, split: Split, work: Path, vocab: set, num_inputs: int, max_
             # second gets the separator prepended: <s> a </s> </s> b </s>.
             length = num_inputs
             for out, text in zip(outs, texts):
-                line = " ".join(sp.EncodeAsPieces(text))
+                line = " ".join(encode(text))
                 out.write(line + "\n")
                 tokens = line.split()  # what fairseq's tokenize_line will see
                 length += len(tokens) + 1

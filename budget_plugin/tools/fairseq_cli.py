@@ -122,17 +122,18 @@ def validate(
     subsets: Sequence[str],
     *,
     task: str,
+    criterion: Optional[str] = None,
     batch_size: int = 64,
     log_path: Optional[Path] = None,
     threads: Optional[int] = None,
 ) -> Dict[str, Dict[str, float]]:
     """Score a checkpoint on every example of each subset with one fairseq-validate
-    run (the criterion of the task's name): ``{subset: metrics}``, ``bsz`` the number
+    run (the criterion: the task's name unless given): ``{subset: metrics}``, ``bsz`` the number
     of examples scored. One process pays fairseq's start-up once; a subset's draws of
     ``--head-selection random`` then depend on the subsets before it."""
     output = run([
         "fairseq-validate", data, "--user-dir", PLUGIN_DIR, "--path", checkpoint, "--task", task,
-        "--criterion", task, "--valid-subset", ",".join(subsets), "--batch-size", batch_size,
+        "--criterion", criterion or task, "--valid-subset", ",".join(subsets), "--batch-size", batch_size,
         "--required-batch-size-multiple", 1, "--cpu", "--num-workers", 0,
     ], log_path=log_path, threads=threads)
     scores = {}

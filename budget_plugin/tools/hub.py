@@ -10,9 +10,9 @@ def add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint-dir", required=True, type=Path)
     parser.add_argument("--checkpoint-file", default="checkpoint_best.pt")
     parser.add_argument("--data", required=True, type=Path,
-                        help="the binarized data folder (dictionaries, sentencepiece model)")
+                        help="the binarized data folder (dictionaries, and the tokenizer the data was prepared with)")
 
 
 def load_hub(args: argparse.Namespace):
-    """The checkpoint with its task and the data's dictionaries (and sentencepiece model)."""
+    """The checkpoint with its task, the data's dictionaries and tokenizer."""
     return BudgetFormerModel.from_pretrained(str(args.checkpoint_dir), args.checkpoint_file, str(args.data.resolve()))

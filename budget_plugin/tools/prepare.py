@@ -1,5 +1,6 @@
 """Preparing one task folder (GLUE layout) for fairseq: read and check the TSV files,
-train a sentencepiece model, encode and binarize every split into ``<name>-bin/``."""
+train a sentencepiece model (or take a pretrained model's WordPiece vocabulary), encode
+and binarize every split into ``<name>-bin/``."""
 
 import argparse
 import shutil
@@ -13,8 +14,8 @@ from .files import building_dir
 from .glue_layout import LAYOUTS, Layout
 from .tsv import read_task
 from .vocabulary import (
-    FAIRSEQ_SPECIALS, SPM_MODEL_NAME, label_order, load_sentencepiece, train_sentencepiece, write_source_dict,
-    write_vocab_file,
+    FAIRSEQ_SPECIALS, SPM_MODEL_NAME, label_order, load_sentencepiece, sentencepiece_vocabulary, train_sentencepiece,
+    wordpiece_vocabulary, write_source_dict, write_vocab_file,
 )
 
 
@@ -30,6 +31,7 @@ def prepare_task(
     name: Optional[str] = None,
     labelled_test: bool = False,
     spm_model: Union[str, Path, None] = None,
+    wordpiece: Union[str, Path, None] = None,
     vocab_size: int = 8000,
     model_type: str = "unigram",
     max_positions: int = 512,
@@ -42,6 +44,8 @@ def prepare_task(
     `layout` is a GLUE task name (default: the folder's name) or a Layout; `name` names the
     output (default: the folder's name). With `labelled_test`, test files carry labels in the
     dev columns and are binarized with their labels (for our own held-out splits).
+    `wordpiece` (a tokenizer.json, vocab.txt or scripts/convert_bert.py's output folder)
+    tokenizes with a pretrained model's vocabulary instead of a sentencepiece model.
     """
     task_dir, out_dir = Path(task_dir), Path(out_dir)
     name = name or task_dir.name
@@ -54,6 +58,8 @@ def prepare_task(
         raise DataError(f"missing input folder: {task_dir}")
     if spm_model is not None and not Path(spm_model).is_file():
         raise DataError(f"missing sentencepiece model: {spm_model}")
+    if spm_model is not None and wordpiece is not None:
+        raise DataError("give --spm-model or --wordpiece, not both")
 
     splits = read_task(task_dir, layout, labelled_test=labelled_test, skip_bad_rows=skip_bad_rows, log=log)
     train = splits[0]
@@ -63,34 +69,37 @@ def prepare_task(
         work = tmp / "work"  # plain-text intermediates, removed before the rename
         work.mkdir()
 
-        # 1. Sentencepiece model, stored next to the data.
-        model_path = tmp / SPM_MODEL_NAME
-        if spm_model is None:
-            text_path = work / "spm_train.txt"
-            with open(text_path, "w", encoding="utf-8") as f:
-                for texts in train.texts:
-                    f.writelines(t + "\n" for t in texts)
-            log(f"training a {model_type} sentencepiece model ({vocab_size} pieces) on {train.path}")
-            train_sentencepiece(text_path, model_path.with_suffix(""), vocab_size, model_type, log)
-            sp = load_sentencepiece(model_path)
-            spm_source = f"{model_type} trained on {train.path.name} (requested {vocab_size})"
+        # 1. The tokenizer, stored next to the data (from_pretrained looks there).
+        if wordpiece is not None:
+            vocab = wordpiece_vocabulary(Path(wordpiece), tmp)
         else:
-            shutil.copyfile(spm_model, model_path)
-            sp = load_sentencepiece(model_path)
-            spm_source = f"reused {spm_model}"
-        vocab_file = model_path.with_suffix(".vocab")
-        if not vocab_file.exists():
-            write_vocab_file(sp, vocab_file)
+            model_path = tmp / SPM_MODEL_NAME
+            if spm_model is None:
+                text_path = work / "spm_train.txt"
+                with open(text_path, "w", encoding="utf-8") as f:
+                    for texts in train.texts:
+                        f.writelines(t + "\n" for t in texts)
+                log(f"training a {model_type} sentencepiece model ({vocab_size} pieces) on {train.path}")
+                train_sentencepiece(text_path, model_path.with_suffix(""), vocab_size, model_type, log)
+                source = f"{model_type} trained on {train.path.name} (requested {vocab_size})"
+            else:
+                shutil.copyfile(spm_model, model_path)
+                source = f"reused {spm_model}"
+            vocab = sentencepiece_vocabulary(model_path, source)
+            vocab_file = model_path.with_suffix(".vocab")
+            if not vocab_file.exists():
+                write_vocab_file(load_sentencepiece(model_path), vocab_file)
 
         # 2. One source dictionary for input0 and input1.
         dict_path = work / "dict.txt"
-        vocab = set(write_source_dict(sp, dict_path))
+        write_source_dict(vocab, dict_path)
+        known = set(vocab.symbols)
 
         # 3. Encode every split, keeping every line.
         summaries = []
         for split in splits:
             log(f"encoding {split.path.name} ({len(split.texts)} rows)")
-            summaries.append(encode_split(sp, split, work, vocab, layout.num_inputs, max_positions))
+            summaries.append(encode_split(vocab.encode, split, work, known, layout.num_inputs, max_positions))
 
         # 4. Label files: classes for fairseq-preprocess, or plain floats for regression
         #    (sentence_prediction reads `label/<split>.label` itself).
@@ -121,9 +130,9 @@ def prepare_task(
     return TaskSummary(
         name=name,
         out_dir=target,
-        spm_source=spm_source,
-        vocab_size=sp.GetPieceSize(),
-        dict_size=len(vocab) + len(FAIRSEQ_SPECIALS),
+        tokenizer=vocab.source,
+        vocab_size=vocab.size,
+        dict_size=len(vocab.symbols) + len(FAIRSEQ_SPECIALS),
         max_positions=max_positions,
         labels=labels,
         splits=summaries,
@@ -140,6 +149,9 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("preparation")
     group.add_argument("--spm-model", type=Path,
                        help="reuse this sentencepiece model instead of training one per task")
+    group.add_argument("--wordpiece", type=Path,
+                       help="tokenize with a pretrained model's WordPiece vocabulary (its tokenizer.json, "
+                       "vocab.txt, or scripts/convert_bert.py's output folder) instead of a sentencepiece model")
     group.add_argument("--vocab-size", type=int, default=8000,
                        help="sentencepiece vocabulary size; less if the text is too small (default: %(default)s)")
     group.add_argument("--model-type", default="unigram", choices=["unigram", "bpe", "char", "word"],
@@ -155,6 +167,7 @@ def prepare_options(args: argparse.Namespace) -> dict:
     """The keyword arguments of prepare_task() taken from add_prepare_arguments()'s options."""
     return dict(
         spm_model=args.spm_model,
+        wordpiece=args.wordpiece,
         vocab_size=args.vocab_size,
         model_type=args.model_type,
         max_positions=args.max_positions,

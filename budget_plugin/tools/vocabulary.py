@@ -1,9 +1,13 @@
-"""The vocabulary of a prepared task: a sentencepiece model, and fairseq dictionaries
-whose ids coincide with the sentencepiece ids."""
+"""The vocabulary of a prepared task: how its text becomes pieces (a sentencepiece model
+trained on it, or a pretrained model's WordPiece vocabulary), and the fairseq dictionary
+whose ids are the tokenizer's (so that a pretrained model's embedding rows line up)."""
 
 import os
 import re
+import shutil
+from argparse import Namespace
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, List, Sequence, Tuple
 
@@ -67,27 +71,63 @@ def write_vocab_file(sp, path: Path) -> None:
             f.write(f"{sp.IdToPiece(i)}\t{sp.GetScore(i):g}\n")
 
 
-def write_source_dict(sp, path: Path) -> List[str]:
-    """Write fairseq's dict.txt from the sentencepiece vocabulary and return its pieces.
+@dataclass
+class TaskVocabulary:
+    """How a task's text becomes pieces, and the dictionary they map to."""
 
-    Every piece but the control symbols and <unk> (fairseq's Dictionary has its own four) is
-    listed in sentencepiece order with a dummy count, so any text that fairseq's sentencepiece
-    BPE produces later maps to the same ids as the preprocessed data.
-    """
-    pieces = []
-    for i in range(sp.GetPieceSize()):
-        if sp.IsControl(i) or sp.IsUnknown(i):
-            continue
-        piece = sp.IdToPiece(i)
-        if piece in FAIRSEQ_SPECIALS:
-            continue
-        if any(c.isspace() for c in piece):
+    encode: Callable[[str], List[str]]  # raw text -> pieces, exactly as the hub's BPE splits it
+    symbols: List[str]  # dict.txt's, in order (fairseq's Dictionary adds its four first)
+    source: str  # for the summary
+    size: int  # pieces the tokenizer knows
+
+
+def check_symbols(symbols: Sequence[str], where: str) -> List[str]:
+    for i, piece in enumerate(symbols):
+        if not piece or any(c.isspace() for c in piece):
             # fairseq splits lines on whitespace, so such a piece could never be looked up.
-            raise DataError(f"sentencepiece piece {i} ({piece!r}) contains whitespace; fairseq cannot use it")
-        pieces.append(piece)
+            raise DataError(f"{where}: piece {i} ({piece!r}) is empty or contains whitespace; fairseq cannot use it")
+    return list(symbols)
+
+
+def sentencepiece_vocabulary(model_path: Path, source: str) -> TaskVocabulary:
+    """Every piece but the control symbols and <unk> (fairseq's Dictionary has its own four),
+    in sentencepiece order: fairseq ids equal sentencepiece ids."""
+    sp = load_sentencepiece(model_path)
+    pieces = [sp.IdToPiece(i) for i in range(sp.GetPieceSize()) if not (sp.IsControl(i) or sp.IsUnknown(i))]
+    symbols = check_symbols([p for p in pieces if p not in FAIRSEQ_SPECIALS], str(model_path))
+    return TaskVocabulary(sp.EncodeAsPieces, symbols, f"sentencepiece {source}", sp.GetPieceSize())
+
+
+def wordpiece_vocabulary(path: Path, folder: Path) -> TaskVocabulary:
+    """A pretrained model's WordPiece vocabulary (tokenizer.json, vocab.txt, or
+    scripts/convert_bert.py's output folder), copied into ``folder`` so that
+    ``from_pretrained`` finds it next to the data. Its dict.txt: the vocabulary in id
+    order less BERT's four specials, which is the converter's dict.txt (checked when the
+    folder holds one)."""
+    from ..encoders.wordpiece import WordPieceBPE, fairseq_symbols, load_wordpiece, tokenizer_file, vocabulary
+
+    try:
+        source = tokenizer_file(path)
+        tokens = vocabulary(load_wordpiece(source))
+    except (FileNotFoundError, ValueError) as e:
+        raise DataError(f"--wordpiece {path}: {e}") from None
+    symbols = check_symbols(fairseq_symbols(tokens), str(source))
+    converted = Path(path) / "dict.txt"
+    if converted.is_file():
+        listed = [line.rsplit(" ", 1)[0] for line in converted.read_text(encoding="utf-8").splitlines()]
+        if listed != symbols:
+            raise DataError(f"{converted}: does not list {source.name}'s tokens in order (another model's?)")
+    for name in (source.name, "tokenizer_config.json"):
+        if (source.parent / name).is_file():
+            shutil.copyfile(source.parent / name, folder / name)
+    bpe = WordPieceBPE(Namespace(wordpiece_vocab=str(folder / source.name)))
+    return TaskVocabulary(lambda text: bpe.encode(text).split(), symbols, f"wordpiece from {source}", len(tokens))
+
+
+def write_source_dict(vocab: TaskVocabulary, path: Path) -> None:
+    """fairseq's dict.txt: the symbols in order, with dummy counts."""
     with open(path, "w", encoding="utf-8") as f:
-        f.writelines(f"{p} 1\n" for p in pieces)
-    return pieces
+        f.writelines(f"{p} 1\n" for p in vocab.symbols)
 
 
 def label_order(labels: Sequence[str]) -> List[Tuple[str, int]]:

@@ -1,0 +1,70 @@
+"""The fine-tuning recipe of a converted pretrained encoder (scripts/convert_bert.py's
+output), one for both systems a user compares: the dense model as they would ship it
+(fairseq's own ``roberta``, every head) and BudgetFormer, from the same weights, data
+order, seed, learning rate and number of updates."""
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Tuple
+
+import torch
+
+from .fairseq_cli import PLUGIN_DIR
+
+SYSTEMS = ("dense", "budget")
+
+
+@dataclass
+class Recipe:
+    lr: float = 1e-4  # chosen on MR's dev split (examples/budgetformer/README.md)
+    epochs: int = 2
+    batch_size: int = 32
+    warmup_share: float = 0.06  # of the updates, as in BERT's and RoBERTa's GLUE recipes
+    seed: int = 1
+    router_scale: float = 10.0  # the router moves 10x faster than the pretrained weights
+    target_head_ratio: float = 0.5
+    budget_weight: float = 1.0
+    log_interval: int = 50
+
+    def updates(self, train_examples: int) -> int:
+        return math.ceil(train_examples / self.batch_size) * self.epochs
+
+
+def encoder_flags(model_pt: Path) -> Tuple[List[str], float]:
+    """The geometry of the converted encoder as fairseq-train options (what both
+    architectures need to load it with ``--restore-file``)."""
+    args = torch.load(model_pt, map_location="cpu", weights_only=True)["cfg"]["model"]
+    return ["--encoder-layers", str(args.encoder_layers), "--encoder-embed-dim", str(args.encoder_embed_dim),
+            "--encoder-ffn-embed-dim", str(args.encoder_ffn_embed_dim),
+            "--encoder-attention-heads", str(args.encoder_attention_heads),
+            "--max-positions", str(args.max_positions)], float(args.layernorm_eps)
+
+
+def command(system: str, data: Path, model_dir: Path, save_dir: Path, recipe: Recipe, train_examples: int,
+            num_classes: int = 2) -> list:
+    """fairseq-train's command line for ``system`` (one of SYSTEMS)."""
+    flags, eps = encoder_flags(model_dir / "model.pt")
+    updates = recipe.updates(train_examples)
+    if system == "dense":  # stock fairseq: its LayerNorm eps stays 1e-5 (BERT's is 1e-12)
+        model = ["--arch", "roberta", *flags, "--criterion", "sentence_prediction"]
+    else:
+        model = ["--arch", "budgetformer", *flags, "--layernorm-eps", repr(eps),
+                 "--criterion", "budget_sentence_prediction", "--router-scale", recipe.router_scale,
+                 "--target-head-ratio", recipe.target_head_ratio, "--budget-weight", recipe.budget_weight]
+    return [
+        # --user-dir for both: it lets torch's safe loader read fairseq checkpoints, and its
+        # task scores every validation example
+        "fairseq-train", data, "--user-dir", PLUGIN_DIR, "--task", "budget_sentence_prediction", *model,
+        "--restore-file", model_dir / "model.pt", "--reset-optimizer", "--reset-dataloader", "--reset-meters",
+        "--save-dir", save_dir, "--num-classes", num_classes, "--init-token", 0, "--separator-token", 2,
+        "--shorten-method", "truncate", "--batch-size", recipe.batch_size,
+        "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-6", "--weight-decay", 0.01,
+        "--clip-norm", 1.0, "--lr", recipe.lr, "--lr-scheduler", "polynomial_decay",
+        "--warmup-updates", max(1, round(recipe.warmup_share * updates)), "--total-num-update", updates,
+        "--max-update", updates, "--max-epoch", recipe.epochs,
+        "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric",
+        "--no-epoch-checkpoints", "--no-last-checkpoints", "--seed", recipe.seed, "--cpu", "--num-workers", 0,
+        "--log-format", "simple", "--log-interval", recipe.log_interval,
+        "--tensorboard-logdir", save_dir / "tensorboard",
+    ]

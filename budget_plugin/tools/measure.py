@@ -1,0 +1,66 @@
+"""Measuring trained checkpoints side by side: FLOPs and CPU latency over the batches of
+an evaluation split, as the accuracy study and the main job report them."""
+
+import statistics
+import time
+from pathlib import Path
+from typing import List, Sequence, Tuple
+
+import torch
+
+from ..modules.flops import MeasuredFlops, measure_flops
+from .timing import rotation
+
+Batch = Tuple[torch.Tensor, torch.Tensor]  # tokens (B x T), gold classes (B)
+
+
+def load_checkpoint(checkpoint: Path, data: Path):
+    """A checkpoint in evaluation mode and its task, as fairseq-validate loads them."""
+    from fairseq import checkpoint_utils
+
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)], arg_overrides={"data": str(data)})
+    return models[0].eval(), task
+
+
+def split_batches(task, batch_size: int, subset: str = "test") -> List[Batch]:
+    """Every example of ``subset``, in order, ``batch_size`` at a time."""
+    task.load_dataset(subset)
+    iterator = task.get_batch_iterator(task.dataset(subset), max_sentences=batch_size)
+    return [(s["net_input"]["src_tokens"], s["target"].view(-1)) for s in iterator.next_epoch_itr(shuffle=False)]
+
+
+def classify(model, tokens):
+    return model(tokens, classification_head_name="sentence_classification_head")
+
+
+@torch.no_grad()
+def count_flops(model, batches: Sequence[Batch]) -> MeasuredFlops:
+    """Whole-model and attention FLOPs (routers included) over the batches."""
+    return measure_flops(lambda: [classify(model, tokens) for tokens, _ in batches])
+
+
+@torch.no_grad()
+def latencies(models, batches: Sequence[Batch], repeats: int) -> List[float]:
+    """Seconds per pass over the batches, per model: median of ``repeats`` rounds after
+    one warm-up round, the models interleaved (and rotated) within each round, so that
+    the machine's drift hits them alike."""
+    times = [[] for _ in models]
+    for round_ in range(repeats + 1):
+        for i in rotation(len(models), round_):
+            start = time.perf_counter()
+            for tokens, _ in batches:
+                classify(models[i], tokens)
+            if round_ > 0:
+                times[i].append(time.perf_counter() - start)
+    return [statistics.median(t) for t in times]
+
+
+@torch.no_grad()
+def heads_per_input(model, batches: Sequence[Batch]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """N x L heads run, N gold classes."""
+    heads, targets = [], []
+    for tokens, target in batches:
+        _, extra = model(tokens, features_only=True)
+        heads.append(torch.stack([layer["heads"] for layer in extra["budget"]], dim=1))
+        targets.append(target)
+    return torch.cat(heads), torch.cat(targets)

