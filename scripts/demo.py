@@ -77,10 +77,11 @@ def prepare(args):
     """(converted model folder, binarized data): cached after the first run."""
     root = args.data_dir / ("quick" if args.quick else "minilm")
     model = root / "model"
+    raw = write_toy_reviews(root / "raw" / "QUICK", args.seed) if args.quick else None
     if not (model / "model.pt").is_file():
         if args.quick:  # a tiny random BERT that knows the toy reviews' words
-            words = sorted({w for line in (write_toy_reviews(root / "raw" / "QUICK", args.seed) / "train.tsv")
-                            .read_text().splitlines()[1:] for w in line.split("\t")[0].split()})
+            words = sorted({w for line in (raw / "train.tsv").read_text().splitlines()[1:]
+                            for w in line.split("\t")[0].split()})
             vocab = SPECIAL_TOKENS + words
             source = write_bert(root / "bert", dict(TINY, vocab_size=len(vocab)), vocab)
         else:
@@ -92,8 +93,8 @@ def prepare(args):
     data = root / ("QUICK-bin" if args.quick else "MR-bin")
     if not (data / "label" / "test.idx").is_file():
         if args.quick:
-            print(prepare_task(write_toy_reviews(root / "raw" / "QUICK", args.seed), root, layout="SST-2", name="QUICK",
-                               labelled_test=True, wordpiece=model, log=log).format(), flush=True)
+            print(prepare_task(raw, root, layout="SST-2", name="QUICK", labelled_test=True, wordpiece=model,
+                               log=log).format(), flush=True)
         else:
             run([sys.executable, REPO / "scripts" / "get_data.py", "--datasets", "MR", "--out-dir", root,
                  "--cache-dir", args.data_dir / "cache", "--wordpiece", model],
@@ -107,14 +108,12 @@ def measure(checkpoints: dict, data: Path, repeats: int) -> dict:
     task = next(iter(loaded.values()))[1]
     models = [model for model, _ in loaded.values()]
     found = {system: {} for system in loaded}
-    for batch_size in (1, 32):
-        batches = split_batches(task, batch_size)
-        if batch_size == 1:
-            batches = batches[:64]  # 64 single sentences: enough for a median
-        seconds = latencies(models, batches, repeats)
-        for system, t in zip(loaded, seconds):
-            found[system][f"latency_b{batch_size}_ms"] = 1000 * t / len(batches)
     batches = split_batches(task, 32)
+    singles = split_batches(task, 1)[:64]  # 64 single sentences: enough for a median
+    for batch_size, timed in ((1, singles), (32, batches)):
+        seconds = latencies(models, timed, repeats)
+        for system, t in zip(loaded, seconds):
+            found[system][f"latency_b{batch_size}_ms"] = 1000 * t / len(timed)
     for system, (model, _) in loaded.items():
         flops = count_flops(model, batches)
         found[system].update(model_flops=flops.total, attn_flops=flops.attention)
@@ -145,6 +144,7 @@ def demo(args):
     log("step 1-2/6: model and data" + ("" if args.quick else " (downloaded and converted once, then cached)"))
     model, data = prepare(args)
     train_examples = count_binarized(data / "input0" / "train")
+    num_heads = finetune.encoder_args(model / "model.pt").encoder_attention_heads
     recipe = finetune.Recipe(lr=args.lr, epochs=args.epochs, seed=args.seed, log_interval=args.log_interval)
     rows, checkpoints = {}, {}
     for i, system in enumerate(finetune.SYSTEMS, 1):
@@ -161,10 +161,9 @@ def demo(args):
         scores = validate(checkpoints[system], data, ["valid", "test"], task=task,
                           criterion="sentence_prediction" if system == "dense" else task)
         dev, test = scores["valid"], scores["test"]
-        heads = torch.load(checkpoints[system], map_location="cpu", weights_only=True)["cfg"]["model"]
         rows[system] = {
             "dev_accuracy": dev["accuracy"], "test_accuracy": test["accuracy"], "test_examples": int(test["bsz"]),
-            "heads_per_layer": test.get("heads", float(heads.encoder_attention_heads)),
+            "heads_per_layer": test.get("heads", float(num_heads)),
             "head_ratio": test.get("head_ratio", 1.0), "train_wall_s": round(wall, 1),
             "updates": recipe.updates(train_examples), "checkpoint": str(checkpoints[system]),
         }

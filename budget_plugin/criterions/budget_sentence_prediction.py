@@ -127,11 +127,12 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
     def budget_logs(layers: List[Dict[str, Tensor]], nsentences: int) -> Dict[str, Tensor]:
         """Summable statistics: sums over examples, two keys per layer (heads, and the
         sentences that ran the layer: --encoder-layerdrop skips some)."""
-        logs = {}
+        logs, heads = {}, 0
         for layer in layers:
-            logs[f"heads_l{layer['layer']}"] = layer["heads"].sum().float()
+            logs[f"heads_l{layer['layer']}"] = layer_heads = layer["heads"].sum().float()
             logs[f"sentences_l{layer['layer']}"] = nsentences
-        logs["heads"] = sum(layer["heads"].sum().float() for layer in layers)
+            heads = heads + layer_heads
+        logs["heads"] = heads
         logs["budget"] = sum(layer["budget"].detach().sum() for layer in layers)
         logs["layer_sentences"] = len(layers) * nsentences
         logs["head_slots"] = sum(layer["selected"].numel() for layer in layers)

@@ -142,7 +142,7 @@ class BudgetFormerModel(RobertaModel):
         for module in self.modules():  # embedding LayerNorm, each layer's two, the LM head's
             if isinstance(module, LAYER_NORMS):
                 module.eps = eps
-        self.budget = BudgetConfig.fill_args(args)
+        self.budget = encoder.sentence_encoder.budget  # the config the layers were built with
         self.num_updates = 0
 
     def upgrade_state_dict_named(self, state_dict, name):

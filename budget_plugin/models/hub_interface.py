@@ -27,9 +27,7 @@ def tokenizer_options(folders: List[Path], bpe: Optional[str], options: dict) ->
     }
     path_option = {"sentencepiece": "sentencepiece_model", "wordpiece": "wordpiece_vocab"}
     if bpe is None:
-        kinds = [kind for kind in found if found[kind] and path_option[kind] not in options]
-        kinds += [kind for kind, option in path_option.items() if option in options]
-        kinds = sorted(set(kinds))
+        kinds = [kind for kind, option in path_option.items() if found[kind] or option in options]
         if len(kinds) > 1:
             raise ValueError(
                 f"found both a sentencepiece model and a WordPiece vocabulary in {', '.join(map(str, folders))}: "

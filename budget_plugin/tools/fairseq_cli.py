@@ -116,6 +116,27 @@ def best_validation(output: str, metric: str = "accuracy") -> Dict[str, float]:
     return [m for m in found if m[metric] == best][-1]
 
 
+def train_options(data: Path, save_dir: Path, *, lr: float, updates: int, warmup: int, seed: int,
+                  num_classes: int, batch_size: int = 32, log_interval: int = 100) -> list:
+    """fairseq-train's command line that every recipe here shares (the study's models
+    from scratch, and fine-tuning a converted encoder): sentence classification with
+    RoBERTa's input layout, Adam with polynomial decay, the best checkpoint by dev
+    accuracy, TensorBoard logs in ``save_dir``. Model and criterion options follow."""
+    return [
+        "fairseq-train", data, "--user-dir", PLUGIN_DIR, "--save-dir", save_dir,
+        "--num-classes", num_classes, "--init-token", 0, "--separator-token", 2,
+        "--shorten-method", "truncate", "--batch-size", batch_size,
+        "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-6",
+        "--weight-decay", 0.01, "--clip-norm", 1.0,
+        "--lr", lr, "--lr-scheduler", "polynomial_decay",
+        "--warmup-updates", warmup, "--total-num-update", updates, "--max-update", updates,
+        "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric",
+        "--no-epoch-checkpoints", "--no-last-checkpoints", "--seed", seed, "--cpu",
+        "--num-workers", 0, "--log-format", "simple", "--log-interval", log_interval,
+        "--tensorboard-logdir", save_dir / "tensorboard",
+    ]
+
+
 def validate(
     checkpoint: Path,
     data: Path,

@@ -10,7 +10,7 @@ from typing import List, Tuple
 
 import torch
 
-from .fairseq_cli import PLUGIN_DIR
+from .fairseq_cli import train_options
 
 SYSTEMS = ("dense", "budget")
 
@@ -31,10 +31,16 @@ class Recipe:
         return math.ceil(train_examples / self.batch_size) * self.epochs
 
 
+def encoder_args(model_pt: Path):
+    """The converted encoder's model options (an argparse.Namespace), read without
+    loading its weights (memory-mapped)."""
+    return torch.load(model_pt, map_location="cpu", weights_only=True, mmap=True)["cfg"]["model"]
+
+
 def encoder_flags(model_pt: Path) -> Tuple[List[str], float]:
     """The geometry of the converted encoder as fairseq-train options (what both
     architectures need to load it with ``--restore-file``)."""
-    args = torch.load(model_pt, map_location="cpu", weights_only=True)["cfg"]["model"]
+    args = encoder_args(model_pt)
     return ["--encoder-layers", str(args.encoder_layers), "--encoder-embed-dim", str(args.encoder_embed_dim),
             "--encoder-ffn-embed-dim", str(args.encoder_ffn_embed_dim),
             "--encoder-attention-heads", str(args.encoder_attention_heads),
@@ -52,19 +58,12 @@ def command(system: str, data: Path, model_dir: Path, save_dir: Path, recipe: Re
         model = ["--arch", "budgetformer", *flags, "--layernorm-eps", repr(eps),
                  "--criterion", "budget_sentence_prediction", "--router-scale", recipe.router_scale,
                  "--target-head-ratio", recipe.target_head_ratio, "--budget-weight", recipe.budget_weight]
+    # --user-dir (in train_options) for both: it lets torch's safe loader read fairseq
+    # checkpoints, and its task scores every validation example
     return [
-        # --user-dir for both: it lets torch's safe loader read fairseq checkpoints, and its
-        # task scores every validation example
-        "fairseq-train", data, "--user-dir", PLUGIN_DIR, "--task", "budget_sentence_prediction", *model,
+        *train_options(data, save_dir, lr=recipe.lr, updates=updates, warmup=max(1, round(recipe.warmup_share * updates)),
+                       seed=recipe.seed, num_classes=num_classes, batch_size=recipe.batch_size,
+                       log_interval=recipe.log_interval),
+        "--task", "budget_sentence_prediction", *model, "--max-epoch", recipe.epochs,
         "--restore-file", model_dir / "model.pt", "--reset-optimizer", "--reset-dataloader", "--reset-meters",
-        "--save-dir", save_dir, "--num-classes", num_classes, "--init-token", 0, "--separator-token", 2,
-        "--shorten-method", "truncate", "--batch-size", recipe.batch_size,
-        "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-6", "--weight-decay", 0.01,
-        "--clip-norm", 1.0, "--lr", recipe.lr, "--lr-scheduler", "polynomial_decay",
-        "--warmup-updates", max(1, round(recipe.warmup_share * updates)), "--total-num-update", updates,
-        "--max-update", updates, "--max-epoch", recipe.epochs,
-        "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric",
-        "--no-epoch-checkpoints", "--no-last-checkpoints", "--seed", recipe.seed, "--cpu", "--num-workers", 0,
-        "--log-format", "simple", "--log-interval", recipe.log_interval,
-        "--tensorboard-logdir", save_dir / "tensorboard",
     ]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from .building import size_flags
-from .fairseq_cli import PLUGIN_DIR
+from .fairseq_cli import train_options
 from .fairseq_cli import run as run_command
 
 UPDATES = {"MR": 500, "TREC": 500}  # MR: 1.6 epochs, TREC: 3.7 epochs (batch 32)
@@ -41,19 +41,9 @@ class Run:
 def train_command(data: Path, save_dir: Path, *, lr: float, updates: int, seed: int, num_classes: int = 2) -> list:
     """fairseq-train's command line shared by every system: the model options follow."""
     return [
-        "fairseq-train", data, "--user-dir", PLUGIN_DIR, "--save-dir", save_dir,
-        "--num-classes", num_classes, "--init-token", 0, "--separator-token", 2,
-        "--max-positions", 128, "--shorten-method", "truncate",
-        "--batch-size", 32, "--required-batch-size-multiple", 1,
-        "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-6",
-        "--weight-decay", 0.01, "--clip-norm", 1.0,
-        "--lr", lr, "--lr-scheduler", "polynomial_decay",
-        "--warmup-updates", max(1, updates // 10), "--total-num-update", updates, "--max-update", updates,
-        "--dropout", 0.1, "--attention-dropout", 0.1,
-        "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric",
-        "--no-epoch-checkpoints", "--no-last-checkpoints", "--seed", seed, "--cpu",
-        "--num-workers", 0, "--log-format", "simple", "--log-interval", 100,
-        "--tensorboard-logdir", save_dir / "tensorboard",
+        *train_options(data, save_dir, lr=lr, updates=updates, warmup=max(1, updates // 10), seed=seed,
+                       num_classes=num_classes),
+        "--max-positions", 128, "--required-batch-size-multiple", 1, "--dropout", 0.1, "--attention-dropout", 0.1,
     ]
 
 

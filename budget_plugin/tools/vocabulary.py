@@ -104,13 +104,14 @@ def wordpiece_vocabulary(path: Path, folder: Path) -> TaskVocabulary:
     ``from_pretrained`` finds it next to the data. Its dict.txt: the vocabulary in id
     order less BERT's four specials, which is the converter's dict.txt (checked when the
     folder holds one)."""
-    from ..encoders.wordpiece import WordPieceBPE, fairseq_symbols, load_wordpiece, tokenizer_file, vocabulary
+    from ..encoders.wordpiece import WordPieceBPE, fairseq_symbols, tokenizer_file, vocabulary
 
     try:
         source = tokenizer_file(path)
-        tokens = vocabulary(load_wordpiece(source))
+        bpe = WordPieceBPE(Namespace(wordpiece_vocab=str(source)))
     except (FileNotFoundError, ValueError) as e:
         raise DataError(f"--wordpiece {path}: {e}") from None
+    tokens = vocabulary(bpe.tokenizer)
     symbols = check_symbols(fairseq_symbols(tokens), str(source))
     converted = Path(path) / "dict.txt"
     if converted.is_file():
@@ -120,7 +121,6 @@ def wordpiece_vocabulary(path: Path, folder: Path) -> TaskVocabulary:
     for name in (source.name, "tokenizer_config.json"):
         if (source.parent / name).is_file():
             shutil.copyfile(source.parent / name, folder / name)
-    bpe = WordPieceBPE(Namespace(wordpiece_vocab=str(folder / source.name)))
     return TaskVocabulary(lambda text: bpe.encode(text).split(), symbols, f"wordpiece from {source}", len(tokens))
 
 
