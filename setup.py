@@ -28,7 +28,9 @@ setup(
         "tokenizers",
     ],
     extras_require={
-        "test": ["pytest", "pytest-xdist", "matplotlib"],  # xdist: the suite on both cores
+        # xdist: the suite on both cores; triton: the GPU path's kernels, which the tests
+        # run in Triton's interpreter where there is no GPU
+        "test": ["pytest", "pytest-xdist", "matplotlib", 'triton; platform_system == "Linux" and platform_machine == "x86_64"'],
         "viz": ["matplotlib"],
     },
 )

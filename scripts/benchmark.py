@@ -58,9 +58,11 @@ interrupted run leaves the cells done so far); the table is printed at the end.
 
 import argparse
 import contextlib
+import copy
 import os
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,12 +71,14 @@ from typing import Callable, ContextManager, Dict, List, Optional
 import torch
 
 from budget_plugin.modules.flops import measure_flops
-from budget_plugin.tools.building import build_model, size_of, size_options
+from budget_plugin.tools.building import build_model, size_flags, size_of, size_options
+from budget_plugin.tools.fairseq_cli import parse_metrics, train_options
+from budget_plugin.tools.fairseq_cli import run as run_tool
 from budget_plugin.tools.files import write_atomic, write_json
-from budget_plugin.tools.timing import machine_info, rotation, sync
+from budget_plugin.tools.timing import machine_info, rotation, sync, timed
 
 REPO = Path(__file__).resolve().parent.parent
-SIZES = {"small": "budgetformer_small", "base": "budgetformer_base"}  # sizes read from the registry
+SIZES = {"small": "budgetformer_small", "base": "budgetformer_base", "minilm": "budgetformer_minilm"}  # sizes read from the registry
 VOCAB = 1000
 MAX_POSITIONS = 512
 PADDING = (
@@ -86,6 +90,7 @@ RELEVANCE = (
     "by the router; relevance weights redrawn N(0, 1) (seeded) so examples pick different "
     "heads (a checkpoint keeps its trained router)"
 )
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 QUICK = dict(sizes=["small"], batch_sizes=[1, 8], seq_lens=[64], repeats=3, train_repeats=2)
 
 
@@ -244,7 +249,34 @@ def build_impls(stock, budget, tokens, ratios, learned: bool) -> List[Impl]:
     if learned:
         impls.append(Impl("budgetformer", None, "learned", budget_forward, attention_blocks(budget, inputs),
                           contextlib.nullcontext, lambda: last_heads.get("forward", float("nan"))))
+        static = static_twin(budget, tokens)
+
+        def static_forward():
+            _, extra = static(tokens, features_only=True)
+            last_heads["static"] = torch.stack([s["heads"] for s in extra["budget"]]).float().mean().item()
+
+        impls.append(Impl("budgetformer", None, "static", static_forward, attention_blocks(static, inputs),
+                          contextlib.nullcontext, lambda: last_heads.get("static", float("nan"))))
     return impls
+
+
+def static_twin(budget, tokens):
+    """The static-budget twin of a trained model, the yardstick of its learned budget:
+    every layer runs, for every input, the learned budget's mean heads on ``tokens``
+    (rounded), namely the heads of highest mean relevance: one head set for the batch."""
+    with torch.no_grad():
+        _, extra = budget(tokens, features_only=True)
+    stats = sorted(extra["budget"], key=lambda s: s["layer"])
+    fixed = ",".join(str(round(s["heads"].float().mean().item())) for s in stats)
+    args = copy.deepcopy(budget.args)
+    args.head_selection, args.fixed_heads = "static", fixed
+    twin = build_model(args.arch, budget.encoder.sentence_encoder.embed_tokens.num_embeddings, args=args)
+    copy_weights(budget.state_dict(), twin)
+    with torch.no_grad():
+        for attention, s in zip(twin.budgeted_attentions(), stats):
+            attention.router.static_logits.copy_(s["relevance"].float().mean(0).log())
+    weight = budget.encoder.sentence_encoder.embed_tokens.weight
+    return twin.to(device=weight.device, dtype=weight.dtype).eval()
 
 
 def _ratio(a, b):
@@ -282,13 +314,10 @@ def measure_cell(size, dims, stock, budget, batch, seq_len, ratios, learned, voc
                 impl = impls[i]
                 with impl.budget_context():
                     for kind, fn in (("forward", impl.forward), ("attention", impl.attention)):
-                        sync(device)
-                        t0, c0 = time.perf_counter(), time.process_time()
-                        fn()
-                        sync(device)
+                        ms, cpu_ms = timed(fn, device)
                         if rep >= args.warmup:
-                            times[i][kind].append((time.perf_counter() - t0) * 1e3)
-                            times[i][f"{kind}_cpu"].append((time.process_time() - c0) * 1e3)
+                            times[i][kind].append(ms)
+                            times[i][f"{kind}_cpu"].append(cpu_ms)
             rep += 1
             if rep == args.warmup + 1 and args.time_budget > 0:  # cap very slow cells
                 per_round = (time.perf_counter() - started) / rep
@@ -364,32 +393,32 @@ def profile_table(impl: Impl, rows: int, device: torch.device) -> str:
 
 
 def measure_training(size, stock, budget, batch, seq_len, vocab, args, device) -> List[dict]:
-    """Milliseconds per training step (forward + backward of a stand-in loss, train mode,
-    dropout on; median of ``--train-repeats`` after one warm-up, the two models alternating
-    and rotating). BudgetFormer trains on its reference path, which computes every head
-    (the recipe says why), with its learned budget: the router and the gates are its cost."""
+    """Milliseconds per training step (forward and backward of a stand-in loss, then an
+    AdamW step; train mode, dropout on; median of ``--train-repeats`` after one warm-up,
+    the two models alternating and rotating), on fp32 copies of the models under
+    autocast to ``--dtype`` (mixed precision, as fairseq-train --fp16/--bf16 trains).
+    BudgetFormer trains on its reference path, which computes every head (the recipe
+    says why), with its learned budget: the router and the gates are its cost."""
     tokens = make_inputs(batch, seq_len, vocab, seed=1000 * batch + seq_len, device=device)
-    models = [("fairseq_mha", stock), ("budgetformer", budget)]
+    models = [("fairseq_mha", copy.deepcopy(stock).float().train()),
+              ("budgetformer", copy.deepcopy(budget).float().train())]
+    optimizers = {name: torch.optim.AdamW(model.parameters(), lr=1e-5) for name, model in models}
     times: Dict[str, List[float]] = {name: [] for name, _ in models}
     torch.manual_seed(args.seed)
-    try:
-        for _, model in models:
-            model.train()
-        for rep in range(1 + args.train_repeats):
-            for j in rotation(len(models), rep):
-                name, model = models[j]
-                model.zero_grad(set_to_none=True)
-                sync(device)
-                t0 = time.perf_counter()
-                features, _ = model(tokens, features_only=True)
+    for rep in range(1 + args.train_repeats):
+        for j in rotation(len(models), rep):
+            name, model = models[j]
+
+            def step():
+                optimizers[name].zero_grad(set_to_none=True)
+                with autocast(device, args.dtype):
+                    features, _ = model(tokens, features_only=True)
                 features.float().square().mean().backward()
-                sync(device)
-                if rep > 0:
-                    times[name].append((time.perf_counter() - t0) * 1e3)
-    finally:
-        for _, model in models:
-            model.zero_grad(set_to_none=True)
-            model.eval()
+                optimizers[name].step()
+
+            ms, _ = timed(step, device)
+            if rep > 0:
+                times[name].append(ms)
     non_pad_tokens = int((tokens != 1).sum())
     stock_ms = statistics.median(times["fairseq_mha"])
     rows = []
@@ -397,7 +426,66 @@ def measure_training(size, stock, budget, batch, seq_len, vocab, args, device) -
         ms = statistics.median(times[name])
         rows.append({"impl": name, "size": size, "batch": batch, "seq_len": seq_len, "train_step_ms": ms,
                      "train_tokens_per_s": non_pad_tokens / (ms / 1e3), "train_vs_stock": ms / stock_ms,
-                     "repeats": len(times[name])})
+                     "repeats": len(times[name]), "dtype": str(args.dtype).replace("torch.", "")})
+    return rows
+
+
+def autocast(device: torch.device, dtype: torch.dtype) -> ContextManager:
+    """Mixed precision in ``dtype`` (nothing for float32)."""
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype)
+
+
+def synthetic_data(root: Path, examples: int, seq_len: int, seed: int) -> Path:
+    """A binarized sentence-classification set of random words (lengths uniform in
+    [T/2, T-2], so that <s> and </s> fit) with random labels: fairseq-train's speed does
+    not depend on what it learns."""
+    generator = torch.Generator().manual_seed(seed)
+    raw = root / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    lengths = torch.randint(seq_len // 2, seq_len - 1, (examples,), generator=generator).tolist()
+    words = torch.randint(0, VOCAB - 8, (examples, seq_len), generator=generator).tolist()
+    write_atomic(raw / "train.input0", "".join(" ".join(f"w{w}" for w in row[:n]) + "\n"
+                                               for row, n in zip(words, lengths)))
+    labels = torch.randint(0, 2, (examples,), generator=generator).tolist()
+    write_atomic(raw / "train.label", "".join(("neg", "pos")[y] + "\n" for y in labels))
+    for name in ("input0", "label"):
+        run_tool(["fairseq-preprocess", "--only-source", "--trainpref", raw / f"train.{name}",
+                  "--destdir", root / "bin" / name, "--workers", 1])
+    return root / "bin"
+
+
+def measure_fairseq_train(size: str, arch: str, args, device: torch.device) -> List[dict]:
+    """fairseq-train's updates per second for stock ``roberta`` and BudgetFormer of the
+    same size, one after the other on the same synthetic data (batch
+    ``--batch-sizes[-1]``, length ``--seq-lens[-1]``), with --fp16/--bf16 after
+    ``--dtype`` (on a GPU). The first logged interval (start-up) is left out."""
+    batch, seq_len, updates = args.batch_sizes[-1], args.seq_lens[-1], args.fairseq_train_updates
+    precision = {torch.float16: ["--fp16"], torch.bfloat16: ["--bf16"]}.get(args.dtype, [])
+    systems = {
+        "fairseq_mha": ["--arch", "roberta", *size_flags(arch), "--task", "sentence_prediction",
+                        "--criterion", "sentence_prediction"],
+        "budgetformer": ["--arch", arch, "--task", "budget_sentence_prediction",
+                         "--criterion", "budget_sentence_prediction"],
+    }
+    rows = []
+    with tempfile.TemporaryDirectory() as work:
+        data = synthetic_data(Path(work), examples=batch * updates, seq_len=seq_len, seed=args.seed)
+        for name, model in systems.items():
+            cmd = [*train_options(data, Path(work) / name, lr=1e-4, updates=updates, warmup=1, seed=args.seed,
+                                  num_classes=2, batch_size=batch, log_interval=max(1, updates // 10),
+                                  cpu=device.type == "cpu"),
+                   "--max-positions", seq_len, "--no-save", "--disable-validation", *precision, *model]
+            output = run_tool(cmd, threads=args.threads if device.type == "cpu" else None)
+            inner = [parse_metrics(line)["ups"] for line in output.splitlines()
+                     if "| train_inner |" in line and "ups" in parse_metrics(line)]
+            if len(inner) < 2:
+                raise RuntimeError(f"fairseq-train logged {len(inner)} intervals with ups:\n{output[-2000:]}")
+            rows.append({"impl": name, "size": size, "batch": batch, "seq_len": seq_len, "updates": updates,
+                         "precision": precision[0][2:] if precision else "fp32", "ups": statistics.median(inner[1:])})
+    for row in rows:
+        row["ups_vs_stock"] = row["ups"] / rows[0]["ups"]
     return rows
 
 
@@ -439,16 +527,30 @@ def training_table(rows: List[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def fairseq_train_table(rows: List[dict]) -> str:
+    lines = ["| size | batch | len | precision | impl | updates/s | vs stock |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        label = "fairseq MHA" if r["impl"] == "fairseq_mha" else "BudgetFormer"
+        lines.append(f"| {r['size']} | {r['batch']} | {r['seq_len']} | {r['precision']} | {label} | {r['ups']:.2f} "
+                     f"| {r['ups_vs_stock']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
 def _label(cell: dict) -> str:
     if cell["impl"] == "fairseq_mha":
         return "fairseq MHA"
+    if cell["budget"] == "static":
+        return "static at learned heads"
     return "budget learned" if cell["budget"] == "learned" else f"budget {cell['head_ratio']:.2f}"
 
 
 def report_markdown(report: dict) -> str:
     text = markdown_table(report["cells"])
     if report["training"]:
-        text += "\nTraining step (forward + backward, train mode):\n\n" + training_table(report["training"])
+        text += ("\nTraining step (forward, backward and AdamW step, train mode, autocast to the dtype):\n\n"
+                 + training_table(report["training"]))
+    if report["fairseq_train"]:
+        text += "\nfairseq-train, side by side (synthetic data):\n\n" + fairseq_train_table(report["fairseq_train"])
     for c in report["cells"]:
         if "attn_profile" in c:
             text += (f"\nProfile of the attention blocks, {c['size']} batch {c['batch']} len {c['seq_len']}, "
@@ -469,8 +571,13 @@ def parse_args(argv=None):
     p.add_argument("--time-budget", type=float, default=120.0,
                    help="seconds of timed rounds per cell; slow cells get fewer repeats (>= 3); 0: no cap")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="float32",
+                   help="inference in this dtype (the models cast); training steps under autocast to it")
     p.add_argument("--train-repeats", type=int, default=3,
                    help="timed training steps per model and cell (median); 0: no training measurement")
+    p.add_argument("--fairseq-train-updates", type=int, default=0, metavar="N",
+                   help="per size: fairseq-train of stock roberta and of BudgetFormer for N updates on synthetic "
+                        "data (the last batch size and length), updates/s side by side; 0: off")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="per cell and implementation, a torch.profiler table of the attention blocks (top N operators)")
     p.add_argument("--checkpoint", help="a BudgetFormer checkpoint: adds its learned budget (own size)")
@@ -490,8 +597,11 @@ def parse_args(argv=None):
         p.error(f"--profile must be >= 0, got {args.profile}")
     if args.train_repeats < 0:
         p.error(f"--train-repeats must be >= 0, got {args.train_repeats}")
+    if args.fairseq_train_updates and args.fairseq_train_updates < 20:
+        p.error(f"--fairseq-train-updates must be 0 (off) or >= 20, got {args.fairseq_train_updates}")
     if max(args.seq_lens) > MAX_POSITIONS:
         p.error(f"--seq-lens must be <= {MAX_POSITIONS}")
+    args.dtype = DTYPES[args.dtype]
     return args
 
 
@@ -505,16 +615,19 @@ def main(argv=None):
         "fairseq": __import__("fairseq").__version__,
         "threads": torch.get_num_threads(),
         "device": str(device),
+        "dtype": str(args.dtype).replace("torch.", ""),
         "settings": {
             "quick": args.quick, "repeats": args.repeats, "warmup": args.warmup,
             "time_budget_s": args.time_budget, "padding": PADDING, "routing": RELEVANCE,
-            "timing": "median wall-clock ms (*_ms) and median CPU time of the process "
-                      "(*_cpu_ms, all threads); implementations interleaved within each repeat",
+            "timing": "median ms (*_ms: the wall clock on CPU, CUDA events on a GPU) and median CPU "
+                      "time of the process (*_cpu_ms, all threads); implementations interleaved "
+                      "within each repeat",
             "attention_blocks": "every layer's attention standalone on the stock model's layer "
                                 "inputs, router included, summed over layers",
         },
         "cells": [],
         "training": [],
+        "fairseq_train": [],
     }
     plans = []
     for size in args.sizes:
@@ -532,8 +645,8 @@ def main(argv=None):
             stock, budget = build_pair(arch, vocab)
             randomise_relevance(budget, seed=args.seed)
         dims = size_of(budget.args)
-        stock.to(device).eval()
-        budget.to(device).eval()
+        stock.to(device=device, dtype=args.dtype).eval()
+        budget.to(device=device, dtype=args.dtype).eval()
         for batch in args.batch_sizes:
             for seq_len in args.seq_lens:
                 if seq_len > budget.args.max_positions:
@@ -552,6 +665,10 @@ def main(argv=None):
                 print(f"[benchmark] {size} batch {batch} len {seq_len}: {time.perf_counter() - t0:.1f}s",
                       file=sys.stderr, flush=True)
         del stock, budget
+        if args.fairseq_train_updates and arch is not None:
+            report["fairseq_train"].extend(measure_fairseq_train(size, arch, args, device))
+            write_json(args.json, report, indent=1)
+            write_atomic(args.markdown, report_markdown(report))
     print(report_markdown(report))
     return report
 

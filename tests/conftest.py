@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
+if not torch.cuda.is_available():  # the GPU path's Triton kernels, run by Triton's interpreter on CPU
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 import budget_plugin  # noqa: F401  (registers the plugin)
 from budget_plugin.models.budgetformer import BudgetFormerModel
 from budget_plugin.tools.fairseq_cli import parse_metrics  # noqa: F401  (the tests' one parser too)

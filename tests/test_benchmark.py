@@ -1,6 +1,7 @@
 """The benchmark's counts (FLOPs, memory) and its output schema; never its timings."""
 
 import argparse
+import copy
 import importlib.util
 import json
 import subprocess
@@ -131,7 +132,9 @@ def test_a_cell_counts_flops_by_the_heads_it_forces(tiny_pair):
                                    torch.device("cpu"))
     assert [(c["impl"], c["head_ratio"], c["budget"]) for c in cells] == [
         ("fairseq_mha", None, None), *(("budgetformer", r, "forced") for r in RATIOS),
-        ("budgetformer", None, "learned")]
+        ("budgetformer", None, "learned"), ("budgetformer", None, "static")]
+    learned, static = cells[-2:]  # the yardstick runs the learned mean heads, rounded per layer
+    assert abs(static["heads_run"] - learned["heads_run"]) <= 0.5
     for cell in cells:
         check_cell_schema(cell)
         assert (cell["layers"], cell["embed_dim"], cell["heads"], cell["repeats"]) == (2, 64, 4, 1)
@@ -145,6 +148,16 @@ def test_a_cell_counts_flops_by_the_heads_it_forces(tiny_pair):
                                                                  reverse=True)
 
 
+def test_a_cell_runs_in_bfloat16(tiny_pair):
+    """--dtype bfloat16: the models cast, every implementation measured (on CPU too)."""
+    stock, budget = (copy.deepcopy(m).to(torch.bfloat16) for m in tiny_pair)
+    settings = argparse.Namespace(repeats=1, warmup=0, time_budget=0, profile=0)
+    cells = benchmark.measure_cell("tiny", size_of(budget.args), stock, budget, 4, 16, (1.0, 0.5), False, 60,
+                                   settings, torch.device("cpu"))
+    assert [c["heads_run"] for c in cells] == [4.0, 4.0, 2.0]
+    assert all(c["forward_ms"] > 0 for c in cells)
+
+
 @pytest.mark.slow
 def test_quick_benchmark_writes_its_schema(tmp_path):
     # a learned-budget checkpoint of the tiny size, saved as fairseq-train saves a legacy model
@@ -155,6 +168,7 @@ def test_quick_benchmark_writes_its_schema(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "benchmark.py"), "--quick", "--threads", "1",
          "--repeats", "1", "--warmup", "0", "--train-repeats", "1", "--profile", "4", "--checkpoint", str(checkpoint),
+         "--fairseq-train-updates", "20",
          "--json", str(out_json), "--markdown", str(out_md)],
         capture_output=True, text=True, timeout=300, cwd=REPO,
     )
@@ -165,7 +179,7 @@ def test_quick_benchmark_writes_its_schema(tmp_path):
     cells = report["cells"]
     impls = {(c["size"], c["impl"], c["head_ratio"], c["budget"]) for c in cells}
     assert impls == {("small", "fairseq_mha", None, None), ("checkpoint", "fairseq_mha", None, None),
-                     ("checkpoint", "budgetformer", None, "learned"),
+                     ("checkpoint", "budgetformer", None, "learned"), ("checkpoint", "budgetformer", None, "static"),
                      *(("small", "budgetformer", r, "forced") for r in RATIOS),
                      *(("checkpoint", "budgetformer", r, "forced") for r in RATIOS)}
     # --quick's cells; the explicit --repeats wins over --quick's
@@ -191,6 +205,13 @@ def test_quick_benchmark_writes_its_schema(tmp_path):
     assert profiles.count("```") == 2 * len(cells) and "fairseq MHA" in profiles
     inference, _, train_table = table.partition("\nTraining step")
     assert inference.startswith("| size | batch | len | impl") and inference.count("\n") == len(cells) + 2
+    train_table, _, fairseq_table = train_table.partition("\nfairseq-train, side by side")
     assert train_table.count("\n| ") == len(training) + 1
+    # fairseq-train of both models on the size's synthetic data (not the checkpoint's)
+    runs = report["fairseq_train"]
+    assert [(r["size"], r["impl"], r["updates"], r["precision"]) for r in runs] == [
+        ("small", "fairseq_mha", 20, "fp32"), ("small", "budgetformer", 20, "fp32")]
+    assert all(r["ups"] > 0 for r in runs) and runs[0]["ups_vs_stock"] == 1.0
+    assert fairseq_table.count("\n| ") == len(runs) + 1
     assert "fairseq MHA" in proc.stdout
     assert sorted(p.name for p in out_json.parent.iterdir()) == ["bench.json", "bench.md"]  # no temporary files

@@ -4,6 +4,7 @@ fairseq-train --user-dir budget_plugin -> fairseq-validate, on tiny data."""
 import re
 
 import pytest
+import torch
 
 from conftest import PLUGIN_DIR, make_classification_data, parse_metrics, run, train_args
 
@@ -12,11 +13,11 @@ N_VALID = 100  # not a multiple of 8 or of the batch size, on purpose
 pytestmark = pytest.mark.slow  # every test here runs the fairseq tools
 
 
-def validate(data, checkpoint, *extra):
+def validate(data, checkpoint, *extra, cpu=True):
     output = run([
         "fairseq-validate", data, "--user-dir", PLUGIN_DIR, "--path", checkpoint,
         "--task", "budget_sentence_prediction", "--criterion", "budget_sentence_prediction",
-        "--batch-size", 16, "--cpu", "--num-workers", 0, *extra,
+        "--batch-size", 16, *(["--cpu"] if cpu else []), "--num-workers", 0, *extra,
     ])
     lines = [l for l in output.splitlines() if "valid on 'valid' subset" in l]
     assert lines, output[-3000:]
@@ -65,6 +66,27 @@ def test_validate_prints_metrics_and_scores_every_example(single, trained):
     assert metrics["flops_ratio"] >= metrics["head_ratio"] - 0.01  # the router costs a little
     assert metrics["explore_rate"] == 0
     assert metrics["accuracy"] > 60
+
+
+def test_validate_in_half_precision_agrees_with_fp32(single, trained):
+    """fairseq-validate --fp16 casts the model to float16 (on the CPU here): the fast
+    path, the router and the criterion's statistics work in half precision."""
+    save, _ = trained
+    full = validate(single, save / "checkpoint_best.pt")
+    half = validate(single, save / "checkpoint_best.pt", "--fp16")
+    assert half["bsz"] == N_VALID
+    assert abs(half["accuracy"] - full["accuracy"]) <= 3  # a few of 100 examples may flip
+    assert half["heads"] == pytest.approx(full["heads"], abs=0.1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="fairseq-train --fp16/--bf16 need CUDA")
+@pytest.mark.parametrize("precision", ["--fp16", "--bf16"])
+def test_train_and_validate_in_mixed_precision_on_a_gpu(single, tmp_path, precision):
+    args = [a for a in train_args(single, tmp_path, precision, epochs=2) if a != "--cpu"]
+    output = run(args)
+    assert train_inner(output)[-1]["loss"] < train_inner(output)[0]["loss"] + 1.0
+    metrics = validate(single, tmp_path / "checkpoint_best.pt", precision, cpu=False)  # the Triton path
+    assert metrics["bsz"] == N_VALID and metrics["accuracy"] > 50
 
 
 def test_raising_budget_weight_lowers_heads(single, tmp_path):

@@ -35,7 +35,9 @@ def test_legacy_checkpoint_computes_what_it_computed(system, expected):
     with torch.no_grad():
         logits, extra = model(expected["tokens"], features_only=True,
                               classification_head_name="sentence_classification_head")
-    torch.testing.assert_close(logits, expected[f"{system}.logits"], rtol=0, atol=0)  # the same arithmetic
+    # the same function; the fast path groups its products differently since issue 18,
+    # so the last bits of the floats may differ
+    torch.testing.assert_close(logits, expected[f"{system}.logits"], rtol=1e-5, atol=1e-6)
     for i, layer in enumerate(extra["budget"]):
         assert torch.equal(layer["selected"], expected[f"{system}.selected.{i}"])
 

@@ -1,6 +1,7 @@
 """Budgeted multi-head self-attention: fairseq's MultiheadAttention whose every call
 runs the heads its router chose for each input (router.py), computing only those at
-inference (head_subset.py) and all of them, gated, in training."""
+inference (head_subset.py on CPU, gpu_heads.py on a GPU) and all of them, gated, in
+training."""
 
 from typing import Dict, Optional, Tuple
 
@@ -10,8 +11,9 @@ from torch import Tensor
 from fairseq.modules import MultiheadAttention
 
 from ..config import BudgetConfig
+from . import gpu_heads, head_subset
 from .flops import attention_flops
-from .head_subset import HeadMajorWeights, attend_heads, attend_selected, head_major, keep_mask, merge_heads, split_heads
+from .head_subset import HeadMajorWeights, head_major, keep_mask, merge_heads, split_heads
 from .router import HeadRouter
 
 ROUTER_KEYS = ("relevance_proj.", "budget_proj.", "static_logits", "random_seed")
@@ -77,11 +79,12 @@ class BudgetedAttention(MultiheadAttention):
                 raise ValueError(f"BudgetedAttention cannot honour {what}; it runs a per-input "
                                  "subset of heads over the whole (padded) input")
         x = query
-        route = self.router(x, key_padding_mask)
-        if self.training or not self.fast_path:
+        reference = self.training or not self.fast_path
+        route = self.router(x, key_padding_mask, gate=reference)
+        if reference:
             out = self.attend_all_heads(x, key_padding_mask, route.gate)
         else:
-            out = self.attend_selected_heads(x, key_padding_mask, route.selected)
+            out = self.attend_selected_heads(x, key_padding_mask, route.selected, route.every_head)
         used, full = attention_flops(x.size(0), route.heads, self.embed_dim, self.num_heads, router=self.learned)
         stats = {
             "budget": route.budget,
@@ -101,15 +104,17 @@ class BudgetedAttention(MultiheadAttention):
         heads = heads * gate.to(heads.dtype)[:, :, None, None]
         return self.out_proj(merge_heads(heads))
 
-    def attend_selected_heads(self, x: Tensor, key_padding_mask: Optional[Tensor], selected: Tensor) -> Tensor:
-        """Fast path: only the selected heads (B x H, bool) are computed."""
-        if bool(selected.all()):  # full budget: exactly fairseq's own attention
+    def attend_selected_heads(self, x: Tensor, key_padding_mask: Optional[Tensor], selected: Tensor,
+                              every_head: bool = False) -> Tensor:
+        """Fast path: only the selected heads (B x H, bool) are computed. ``every_head``:
+        the caller knows, without asking the device, that every head is selected."""
+        if every_head:  # exactly fairseq's own attention
             return MultiheadAttention.forward(self, x, x, x, key_padding_mask=key_padding_mask, need_weights=False)[0]
-        if x.size(1) == 1 or bool((selected == selected[:1]).all()):  # one head set: weight views
-            heads = selected[0].nonzero().flatten()
-            return attend_heads(x, key_padding_mask, heads, self.q_proj, self.k_proj, self.v_proj, self.out_proj,
-                                self.head_dim)
-        return attend_selected(x, key_padding_mask, selected, self.head_major_weights())
+        if gpu_heads.available(x):  # decides nothing on the host: no synchronisation
+            return gpu_heads.attend_selected(x, key_padding_mask, selected, self.head_major_weights())
+        if bool(selected.all()):
+            return self.attend_selected_heads(x, key_padding_mask, selected, every_head=True)
+        return head_subset.attend_selected(x, key_padding_mask, selected, self.head_major_weights())
 
     def head_major_weights(self) -> HeadMajorWeights:
         """The head-major copy of the weights, cached until a weight changes: in-place

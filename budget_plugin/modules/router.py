@@ -39,8 +39,9 @@ class HeadRoute(NamedTuple):
     budget: Tensor  # B, continuous budget b(x) (differentiable)
     heads: Tensor  # B, heads run per example: k = clamp(round(b), m, H)
     selected: Tensor  # B x H, bool
-    gate: Tensor  # B x H, forward value == selected; straight-through gradients
+    gate: Optional[Tensor]  # B x H, forward value == selected; straight-through gradients (None: not asked)
     relevance: Tensor  # B x H, p(x)
+    every_head: bool  # known on the host: every example runs all H heads
 
 
 def straight_through(z: Tensor) -> Tensor:
@@ -144,8 +145,9 @@ class HeadRouter(nn.Module):
             self._generator = torch.Generator(device=device).manual_seed(int(self.random_seed))
         return torch.rand(shape, device=device, generator=self._generator)
 
-    def forward(self, x: Tensor, key_padding_mask: Optional[Tensor]) -> HeadRoute:
-        """x: T x B x C (the attention's input)."""
+    def forward(self, x: Tensor, key_padding_mask: Optional[Tensor], gate: bool = True) -> HeadRoute:
+        """x: T x B x C (the attention's input). ``gate=False`` skips the gates (the fast
+        path runs the selection itself, and the gates are a dozen small ops a layer)."""
         H, m, B = self.num_heads, self.cfg.min_heads, x.size(1)
         exploration = exploration_at(self.cfg, self.num_updates, self.training)
         selection, scale = self.cfg.head_selection, self.cfg.router_scale
@@ -163,16 +165,21 @@ class HeadRouter(nn.Module):
                 logits = x.new_zeros((B, H), dtype=torch.float)
                 fraction = self.fixed_heads - math.floor(self.fixed_heads)
                 heads = math.floor(self.fixed_heads) + (self.uniform_draw(B, x.device) < fraction).long()
+        every_head = m >= H or {"learned": False, "static": round(self.fixed_heads) >= H,
+                                "random": self.fixed_heads >= H}[selection]
         if self.forced_heads is not None:
             heads = torch.full_like(heads, self.forced_heads)
+            every_head = self.forced_heads == H
         relevance = torch.softmax(logits / exploration.temperature, dim=-1)
         if selection == "random":
             rank = ranks(self.uniform_draw((B, H), x.device))
         else:
             rank = self.rank_heads(logits, exploration)
         selected = rank < heads.unsqueeze(-1)
+        if not gate:
+            return HeadRoute(budget, heads, selected, None, relevance, every_head)
         soft_count = torch.sigmoid(
             (budget.unsqueeze(-1) - rank.to(budget.dtype) - 0.5) / self.cfg.budget_mask_temperature
         )
-        gate = selected.to(budget.dtype) + straight_through(soft_count) + straight_through(H * relevance)
-        return HeadRoute(budget, heads, selected, gate, relevance)
+        gates = selected.to(budget.dtype) + straight_through(soft_count) + straight_through(H * relevance)
+        return HeadRoute(budget, heads, selected, gates, relevance, every_head)

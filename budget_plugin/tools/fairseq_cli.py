@@ -117,11 +117,12 @@ def best_validation(output: str, metric: str = "accuracy") -> Dict[str, float]:
 
 
 def train_options(data: Path, save_dir: Path, *, lr: float, updates: int, warmup: int, seed: int,
-                  num_classes: int, batch_size: int = 32, log_interval: int = 100) -> list:
+                  num_classes: int, batch_size: int = 32, log_interval: int = 100, cpu: bool = True) -> list:
     """fairseq-train's command line that every recipe here shares (the study's models
-    from scratch, and fine-tuning a converted encoder): sentence classification with
-    RoBERTa's input layout, Adam with polynomial decay, the best checkpoint by dev
-    accuracy, TensorBoard logs in ``save_dir``. Model and criterion options follow."""
+    from scratch, fine-tuning a converted encoder, the benchmark's updates/s):
+    sentence classification with RoBERTa's input layout, Adam with polynomial decay,
+    the best checkpoint by dev accuracy, TensorBoard logs in ``save_dir``, on the CPU
+    unless ``cpu`` is false. Model and criterion options follow."""
     return [
         "fairseq-train", data, "--user-dir", PLUGIN_DIR, "--save-dir", save_dir,
         "--num-classes", num_classes, "--init-token", 0, "--separator-token", 2,
@@ -131,7 +132,7 @@ def train_options(data: Path, save_dir: Path, *, lr: float, updates: int, warmup
         "--lr", lr, "--lr-scheduler", "polynomial_decay",
         "--warmup-updates", warmup, "--total-num-update", updates, "--max-update", updates,
         "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric",
-        "--no-epoch-checkpoints", "--no-last-checkpoints", "--seed", seed, "--cpu",
+        "--no-epoch-checkpoints", "--no-last-checkpoints", "--seed", seed, *(["--cpu"] if cpu else []),
         "--num-workers", 0, "--log-format", "simple", "--log-interval", log_interval,
         "--tensorboard-logdir", save_dir / "tensorboard",
     ]

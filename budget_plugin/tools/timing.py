@@ -4,7 +4,8 @@ machine they were taken on."""
 import contextlib
 import os
 import platform
-from typing import List
+import time
+from typing import Callable, List, Tuple
 
 import torch
 
@@ -20,6 +21,26 @@ def sync(device: torch.device) -> None:
     """Wait for the device's queued work, so a clock read after it is honest."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def timed(fn: Callable[[], object], device: torch.device) -> Tuple[float, float]:
+    """Milliseconds that ``fn()`` took, and the CPU milliseconds this process spent
+    meanwhile (all its threads). On CUDA the first is measured by CUDA events around
+    the queued work (after a synchronisation, so that earlier work is not counted),
+    on CPU by the wall clock."""
+    sync(device)
+    wall, cpu = time.perf_counter(), time.process_time()
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        elapsed = start.elapsed_time(end)
+    else:
+        fn()
+        elapsed = (time.perf_counter() - wall) * 1e3
+    return elapsed, (time.process_time() - cpu) * 1e3
 
 
 def machine_info(device: torch.device) -> dict:
