@@ -518,22 +518,30 @@ def markdown_table(cells: List[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def training_table(rows: List[dict]) -> str:
-    lines = ["| size | batch | len | impl | train step ms | tok/s | time vs stock |", "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        label = "fairseq MHA" if r["impl"] == "fairseq_mha" else "BudgetFormer (all heads, learned budget)"
-        lines.append(f"| {r['size']} | {r['batch']} | {r['seq_len']} | {label} | {r['train_step_ms']:.1f} "
-                     f"| {r['train_tokens_per_s']:.0f} | {r['train_vs_stock']:.2f} |")
+def rows_table(rows: List[dict], columns) -> str:
+    """A markdown table of ``rows``: ``columns`` are (header, the cell's text of a row)."""
+    lines = ["| " + " | ".join(header for header, _ in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(text(row) for _, text in columns) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 
 
-def fairseq_train_table(rows: List[dict]) -> str:
-    lines = ["| size | batch | len | precision | impl | updates/s | vs stock |", "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        label = "fairseq MHA" if r["impl"] == "fairseq_mha" else "BudgetFormer"
-        lines.append(f"| {r['size']} | {r['batch']} | {r['seq_len']} | {r['precision']} | {label} | {r['ups']:.2f} "
-                     f"| {r['ups_vs_stock']:.2f} |")
-    return "\n".join(lines) + "\n"
+CELL_COLUMNS = [("size", lambda r: r["size"]), ("batch", lambda r: str(r["batch"])), ("len", lambda r: str(r["seq_len"]))]
+
+
+TRAINING_COLUMNS = [
+    *CELL_COLUMNS,
+    ("impl", lambda r: "fairseq MHA" if r["impl"] == "fairseq_mha" else "BudgetFormer (all heads, learned budget)"),
+    ("train step ms", lambda r: f"{r['train_step_ms']:.1f}"),
+    ("tok/s", lambda r: f"{r['train_tokens_per_s']:.0f}"),
+    ("time vs stock", lambda r: f"{r['train_vs_stock']:.2f}"),
+]
+FAIRSEQ_TRAIN_COLUMNS = [
+    *CELL_COLUMNS,
+    ("precision", lambda r: r["precision"]),
+    ("impl", lambda r: "fairseq MHA" if r["impl"] == "fairseq_mha" else "BudgetFormer"),
+    ("updates/s", lambda r: f"{r['ups']:.2f}"),
+    ("vs stock", lambda r: f"{r['ups_vs_stock']:.2f}"),
+]
 
 
 def _label(cell: dict) -> str:
@@ -548,9 +556,9 @@ def report_markdown(report: dict) -> str:
     text = markdown_table(report["cells"])
     if report["training"]:
         text += ("\nTraining step (forward, backward and AdamW step, train mode, autocast to the dtype):\n\n"
-                 + training_table(report["training"]))
+                 + rows_table(report["training"], TRAINING_COLUMNS))
     if report["fairseq_train"]:
-        text += "\nfairseq-train, side by side (synthetic data):\n\n" + fairseq_train_table(report["fairseq_train"])
+        text += "\nfairseq-train, side by side (synthetic data):\n\n" + rows_table(report["fairseq_train"], FAIRSEQ_TRAIN_COLUMNS)
     for c in report["cells"]:
         if "attn_profile" in c:
             text += (f"\nProfile of the attention blocks, {c['size']} batch {c['batch']} len {c['seq_len']}, "

@@ -16,7 +16,7 @@ if not torch.cuda.is_available():  # the GPU path's Triton kernels, run by Trito
 
 import budget_plugin  # noqa: F401  (registers the plugin)
 from budget_plugin.models.budgetformer import BudgetFormerModel
-from budget_plugin.tools.fairseq_cli import parse_metrics  # noqa: F401  (the tests' one parser too)
+from budget_plugin.tools.fairseq_cli import console_script, parse_metrics  # noqa: F401  (the tests' one parser too)
 from fairseq.data import Dictionary
 from fairseq.models import ARCH_CONFIG_REGISTRY
 
@@ -63,10 +63,10 @@ def random_tokens(batch=6, length=12, vocab=50, pad_lengths=(12, 9, 5, 12, 2, 7)
 
 def run(cmd, cwd=None, timeout=600):
     """Run a fairseq CLI (from this interpreter's environment); return its output."""
-    exe = str(BIN / cmd[0]) if (BIN / cmd[0]).exists() else cmd[0]
+    program = console_script(cmd[0]) if str(cmd[0]).startswith("fairseq-") else [str(cmd[0])]
     env = dict(os.environ, PYTHONHASHSEED="0", OMP_NUM_THREADS="1")
     proc = subprocess.run(
-        [exe, *map(str, cmd[1:])], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+        [*program, *map(str, cmd[1:])], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
     output = proc.stdout + proc.stderr
     if proc.returncode != 0:
@@ -120,3 +120,17 @@ def train_args(data, save_dir, *extra, arch="budgetformer_tiny", num_classes=2, 
         "--best-checkpoint-metric", "loss", "--no-epoch-checkpoints",
         "--exploration-updates", 30, *extra,
     ]
+
+
+def routed_attention(embed_dim, heads):
+    """A BudgetedAttention in eval mode whose router varies: relevance weights N(0, 1) (so
+    examples choose different heads) and a budget that moves with the input."""
+    from budget_plugin.config import BudgetConfig
+    from budget_plugin.modules import BudgetedAttention
+
+    attention = BudgetedAttention(embed_dim, heads, BudgetConfig(), fixed_heads=heads)
+    with torch.no_grad():
+        attention.router.relevance_proj.weight.normal_(std=1.0)
+        attention.router.budget_proj.weight.normal_(std=4.0 / embed_dim**0.5)
+        attention.router.budget_proj.bias.zero_()
+    return attention.eval()

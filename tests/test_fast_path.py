@@ -8,19 +8,14 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from budget_plugin.config import BudgetConfig
-from budget_plugin.modules import BudgetedAttention, head_subset
+from budget_plugin.modules import head_subset
+from conftest import routed_attention
 
 T, C, H = 12, 48, 6
 
 
 def make_attention():
-    attention = BudgetedAttention(C, H, BudgetConfig(), fixed_heads=H)
-    with torch.no_grad():
-        attention.router.relevance_proj.weight.normal_(std=1.0)
-        attention.router.budget_proj.weight.normal_(std=4.0 / C**0.5)
-        attention.router.budget_proj.bias.zero_()
-    return attention.eval()
+    return routed_attention(C, H)
 
 
 def forced(attention, heads):

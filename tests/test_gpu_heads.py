@@ -9,8 +9,8 @@ on CPU tensors: the same code, checked for values (bfloat16 excepted: the interp
 import pytest
 import torch
 
-from budget_plugin.config import BudgetConfig
-from budget_plugin.modules import BudgetedAttention, gpu_heads
+from budget_plugin.modules import gpu_heads
+from conftest import routed_attention
 
 pytest.importorskip("triton")
 
@@ -22,12 +22,7 @@ TOLERANCE = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 3e-2}  # 
 
 def make_attention(embed_dim, heads, seed=0):
     torch.manual_seed(seed)
-    attention = BudgetedAttention(embed_dim, heads, BudgetConfig(), fixed_heads=heads)
-    with torch.no_grad():
-        attention.router.relevance_proj.weight.normal_(std=1.0)
-        attention.router.budget_proj.weight.normal_(std=4.0 / embed_dim**0.5)
-        attention.router.budget_proj.bias.zero_()
-    return attention.eval()
+    return routed_attention(embed_dim, heads)
 
 
 def inputs(T, B, C, padded, seed=0):

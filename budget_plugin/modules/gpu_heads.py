@@ -50,58 +50,56 @@ if triton is not None:
                     D3: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_T: tl.constexpr,
                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
         pair = tl.program_id(2)
-        if tl.load(sel_ptr + pair) == 0:
-            return
-        b, h = pair // H, pair % H
-        t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-        n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-        acc = tl.zeros((BLOCK_T, BLOCK_N), dtype=tl.float32)
-        for k0 in range(0, C, BLOCK_K):
-            k = k0 + tl.arange(0, BLOCK_K)
-            a = tl.load(x_ptr + t[:, None] * stride_xt + b * stride_xb + k[None, :],
-                        mask=(t[:, None] < T) & (k[None, :] < C), other=0.0)
-            w = tl.load(w_ptr + (h * D3 + n[:, None]) * C + k[None, :],
-                        mask=(n[:, None] < D3) & (k[None, :] < C), other=0.0)
-            acc += tl.dot(a, tl.trans(w), input_precision=PRECISION)
-        if HAS_BIAS:
-            acc += tl.load(bias_ptr + h * D3 + n, mask=n < D3, other=0.0).to(tl.float32)[None, :]
-        out = out_ptr + (pair * T + t[:, None]) * D3 + n[None, :]
-        tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=(t[:, None] < T) & (n[None, :] < D3))
+        if tl.load(sel_ptr + pair) != 0:  # (an if, not an early return: older Triton compiles it too)
+            b, h = pair // H, pair % H
+            t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+            n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+            acc = tl.zeros((BLOCK_T, BLOCK_N), dtype=tl.float32)
+            for k0 in range(0, C, BLOCK_K):
+                k = k0 + tl.arange(0, BLOCK_K)
+                a = tl.load(x_ptr + t[:, None] * stride_xt + b * stride_xb + k[None, :],
+                            mask=(t[:, None] < T) & (k[None, :] < C), other=0.0)
+                w = tl.load(w_ptr + (h * D3 + n[:, None]) * C + k[None, :],
+                            mask=(n[:, None] < D3) & (k[None, :] < C), other=0.0)
+                acc += tl.dot(a, tl.trans(w), input_precision=PRECISION)
+            if HAS_BIAS:
+                acc += tl.load(bias_ptr + h * D3 + n, mask=n < D3, other=0.0).to(tl.float32)[None, :]
+            out = out_ptr + (pair * T + t[:, None]) * D3 + n[None, :]
+            tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=(t[:, None] < T) & (n[None, :] < D3))
 
     @triton.jit
     def _attention_kernel(qkv_ptr, pad_ptr, sel_ptr, out_ptr, T, H, scale, D: tl.constexpr,
                           BLOCK_D: tl.constexpr, HAS_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
                           BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
         pair = tl.program_id(1)
-        if tl.load(sel_ptr + pair) == 0:
-            return
-        b = pair // H
-        m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-        i = tl.arange(0, BLOCK_D)
-        row = qkv_ptr + pair * T * 3 * D  # this pair's T x 3d block: q | k | v
-        q = tl.load(row + m[:, None] * 3 * D + i[None, :], mask=(m[:, None] < T) & (i[None, :] < D), other=0.0)
-        top = tl.full((BLOCK_M,), -1.0e30, dtype=tl.float32)  # finite: a fully padded tile gives 0, not NaN
-        total = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
-        for n0 in range(0, T, BLOCK_N):
-            n = n0 + tl.arange(0, BLOCK_N)
-            keep = n < T
-            if HAS_PAD:
-                keep = keep & (tl.load(pad_ptr + b * T + n, mask=n < T, other=1) == 0)
-            kv_mask = keep[:, None] & (i[None, :] < D)
-            k = tl.load(row + n[:, None] * 3 * D + D + i[None, :], mask=kv_mask, other=0.0)
-            v = tl.load(row + n[:, None] * 3 * D + 2 * D + i[None, :], mask=kv_mask, other=0.0)
-            s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
-            s = tl.where(keep[None, :], s, float("-inf"))
-            new_top = tl.maximum(top, tl.max(s, axis=1))
-            p = tl.exp(s - new_top[:, None])
-            correction = tl.exp(top - new_top)
-            total = total * correction + tl.sum(p, axis=1)
-            acc = acc * correction[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-            top = new_top
-        acc = acc / total[:, None]
-        out = out_ptr + (pair * T + m[:, None]) * D + i[None, :]
-        tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=(m[:, None] < T) & (i[None, :] < D))
+        if tl.load(sel_ptr + pair) != 0:
+            b = pair // H
+            m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+            i = tl.arange(0, BLOCK_D)
+            row = qkv_ptr + pair * T * 3 * D  # this pair's T x 3d block: q | k | v
+            q = tl.load(row + m[:, None] * 3 * D + i[None, :], mask=(m[:, None] < T) & (i[None, :] < D), other=0.0)
+            top = tl.full((BLOCK_M,), -1.0e30, dtype=tl.float32)  # finite: a fully padded tile gives 0, not NaN
+            total = tl.zeros((BLOCK_M,), dtype=tl.float32)
+            acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+            for n0 in range(0, T, BLOCK_N):
+                n = n0 + tl.arange(0, BLOCK_N)
+                keep = n < T
+                if HAS_PAD:
+                    keep = keep & (tl.load(pad_ptr + b * T + n, mask=n < T, other=1) == 0)
+                kv_mask = keep[:, None] & (i[None, :] < D)
+                k = tl.load(row + n[:, None] * 3 * D + D + i[None, :], mask=kv_mask, other=0.0)
+                v = tl.load(row + n[:, None] * 3 * D + 2 * D + i[None, :], mask=kv_mask, other=0.0)
+                s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
+                s = tl.where(keep[None, :], s, float("-inf"))
+                new_top = tl.maximum(top, tl.max(s, axis=1))
+                p = tl.exp(s - new_top[:, None])
+                correction = tl.exp(top - new_top)
+                total = total * correction + tl.sum(p, axis=1)
+                acc = acc * correction[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+                top = new_top
+            acc = acc / total[:, None]
+            out = out_ptr + (pair * T + m[:, None]) * D + i[None, :]
+            tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=(m[:, None] < T) & (i[None, :] < D))
 
     @triton.jit
     def _out_kernel(ctx_ptr, w_ptr, bias_ptr, sel_ptr, out_ptr, stride_ot, stride_ob, T, C, H,
