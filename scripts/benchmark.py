@@ -8,7 +8,12 @@ the same inputs and with identical weights:
   (``RobertaModel.build_model``, standard ``MultiheadAttention``), and
 * ``budgetformer``: the same encoder with budgeted attention (the stock weights are
   copied in), its budget forced to ``round(ratio * H)`` heads per layer for every
-  ``--head-ratios`` value, plus, with ``--checkpoint``, the checkpoint's learned budget.
+  ``--head-ratios`` value, plus, with ``--checkpoint``, the checkpoint's learned budget
+  and its static twin: the same weights running, in every layer, the learned budget's
+  mean heads (rounded) on the cell's inputs, one head set for every input (the
+  yardstick a learned budget must not be slower than).
+
+``--dtype`` casts the models (bfloat16/float16 inference).
 
 Forcing k fixes *how many* heads run; *which* heads an example runs is still picked per
 example by the router's relevance scores. An untrained router is near-uniform (std 0.02),
@@ -20,8 +25,10 @@ Measured per cell and implementation (eval mode, ``torch.no_grad``):
 
 * FLOPs with ``torch.utils.flop_counter.FlopCounterMode`` for the whole forward pass and
   for the attention blocks (``budget_plugin.modules.flops.measure_flops``, which also
-  counts the CPU kernel of ``scaled_dot_product_attention``);
-* latency (milliseconds, median of ``--repeats`` timed runs after warm-up; the
+  counts the CPU kernel of ``scaled_dot_product_attention``; on a GPU BudgetedAttention's
+  torch path runs for the count, since the counter cannot see Triton kernels);
+* latency (milliseconds, median of ``--repeats`` timed runs after warm-up, CUDA events
+  on a GPU; the
   implementations are interleaved within each repeat so that they share the machine's
   noise, and the one that goes first rotates from repeat to repeat) of the whole
   forward (``model(tokens, features_only=True)``) and of the
@@ -34,8 +41,10 @@ Measured per cell and implementation (eval mode, ``torch.no_grad``):
   ``torch.cuda.max_memory_allocated``;
 * throughput (sequences and non-padding tokens per second of the whole forward);
 * training (``--train-repeats``, listed apart under ``training``): milliseconds per
-  training step (forward + backward, train mode) of the stock model and of BudgetFormer,
-  which trains on its all-heads path with its learned budget;
+  training step (forward, backward and an AdamW step, train mode, under autocast to
+  ``--dtype``) of the stock model and of BudgetFormer, which trains on its all-heads
+  path with its learned budget; with ``--fairseq-train-updates N``, ``fairseq-train``'s
+  updates/s for both on synthetic data (``--fp16``/``--bf16`` after ``--dtype``);
 * with ``--profile N``: a ``torch.profiler`` table (the N operators with the most self
   CPU time) of one run of each implementation's attention blocks, kept in the cell as
   ``attn_profile`` and appended to the markdown: where the time goes when a target is
@@ -67,9 +76,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, ContextManager, Dict, List, Optional
+from unittest import mock
 
 import torch
 
+from budget_plugin.modules import gpu_heads
 from budget_plugin.modules.flops import measure_flops
 from budget_plugin.tools.building import build_model, size_flags, size_of, size_options
 from budget_plugin.tools.fairseq_cli import parse_metrics, train_options
@@ -146,6 +157,15 @@ def load_checkpoint(path: str):
 
 
 # ----------------------------------------------------------------------- measuring
+
+
+@contextlib.contextmanager
+def torch_ops_only():
+    """Inside the block BudgetedAttention takes its torch path on a GPU too: torch's
+    FlopCounterMode sees aten operators, not Triton kernels, and the torch path runs
+    the same heads (the same FLOPs)."""
+    with mock.patch.object(gpu_heads, "available", lambda x: False):
+        yield
 
 
 def peak_memory(fn: Callable[[], object], device: torch.device) -> int:
@@ -297,7 +317,7 @@ def measure_cell(size, dims, stock, budget, batch, seq_len, ratios, learned, voc
     rows = []
     with torch.no_grad():
         for impl in impls:  # FLOPs (also the first warm-up) and peak memory, one impl at a time
-            with impl.budget_context():
+            with impl.budget_context(), torch_ops_only():
                 row = {"total_flops": measure_flops(impl.forward).total,
                        "attn_flops": measure_flops(impl.attention).total}
                 row["heads_run"] = impl.heads_run()
@@ -628,8 +648,8 @@ def main(argv=None):
             "quick": args.quick, "repeats": args.repeats, "warmup": args.warmup,
             "time_budget_s": args.time_budget, "padding": PADDING, "routing": RELEVANCE,
             "timing": "median ms (*_ms: the wall clock on CPU, CUDA events on a GPU) and median CPU "
-                      "time of the process (*_cpu_ms, all threads); implementations interleaved "
-                      "within each repeat",
+                      "time of the process (*_cpu_ms, all threads; on a GPU it includes the wait for "
+                      "the device); implementations interleaved within each repeat",
             "attention_blocks": "every layer's attention standalone on the stock model's layer "
                                 "inputs, router included, summed over layers",
         },

@@ -82,11 +82,13 @@ def test_validate_in_half_precision_agrees_with_fp32(single, trained):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="fairseq-train --fp16/--bf16 need CUDA")
 @pytest.mark.parametrize("precision", ["--fp16", "--bf16"])
 def test_train_and_validate_in_mixed_precision_on_a_gpu(single, tmp_path, precision):
-    args = [a for a in train_args(single, tmp_path, precision, epochs=2) if a != "--cpu"]
+    args = [a for a in train_args(single, tmp_path, precision, epochs=4) if a != "--cpu"]
     output = run(args)
-    assert train_inner(output)[-1]["loss"] < train_inner(output)[0]["loss"] + 1.0
-    metrics = validate(single, tmp_path / "checkpoint_best.pt", precision, cpu=False)  # the Triton path
-    assert metrics["bsz"] == N_VALID and metrics["accuracy"] > 50
+    assert train_inner(output)[-1]["task_loss"] < train_inner(output)[0]["task_loss"]
+    # on the GPU: the Triton path (fairseq-validate casts the model for --fp16 only)
+    metrics = validate(single, tmp_path / "checkpoint_best.pt", *(["--fp16"] if precision == "--fp16" else []),
+                       cpu=False)
+    assert metrics["bsz"] == N_VALID and metrics["accuracy"] > 60
 
 
 def test_raising_budget_weight_lowers_heads(single, tmp_path):

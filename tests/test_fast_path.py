@@ -34,13 +34,17 @@ def reference(attention, x, padding, selected):
     return attention.attend_all_heads(x, padding, selected.to(x.dtype))
 
 
+@pytest.mark.parametrize("gather", [False, True])
 @pytest.mark.parametrize("heads", [None, 1, 3, 5])
 @pytest.mark.parametrize("batch", [1, 2, 16])
-@pytest.mark.parametrize("grad", [False, True])
-def test_fast_path_equals_reference(heads, batch, grad):
+def test_fast_path_equals_reference(gather, heads, batch, monkeypatch):
+    """``gather``: every range's heads gathered into one product (the branch for many
+    rows), else one product per run of consecutive heads."""
     attention = make_attention()
+    if gather:
+        monkeypatch.setattr(head_subset, "GATHER_ROWS", 0)
     x, padding = padded(batch)
-    with torch.set_grad_enabled(grad), forced(attention, heads):  # autograd on: the out=-free branch
+    with torch.no_grad(), forced(attention, heads):
         selected = attention.router(x, padding).selected
         fast = attention.attend_selected_heads(x, padding, selected)
         expected = reference(attention, x, padding, selected)
@@ -48,6 +52,26 @@ def test_fast_path_equals_reference(heads, batch, grad):
     assert (fast - expected).abs().max().item() <= 1e-5
     if heads is None and batch == 16:
         assert len(set(selected.sum(1).tolist())) > 1, "the learned budget varies per example"
+
+
+def test_with_autograd_recording_eval_mode_takes_the_gated_path():
+    """The fast path is inference only: with gradients asked for (eval mode, no
+    torch.no_grad), the layer computes every head and gates them, so every weight gets
+    its gradient; the output is the fast path's."""
+    attention = make_attention()
+    x, padding = padded(5, seed=2)
+    x.requires_grad_(True)
+    with attention.router.forced(3):
+        out, stats = attention(x, key_padding_mask=padding)
+        with torch.no_grad():
+            fast, _ = attention(x, key_padding_mask=padding)
+    assert (out - fast).abs().max().item() <= 1e-5
+    out.square().sum().backward()
+    q_grad = attention.q_proj.weight.grad.clone()
+    assert x.grad is not None and x.grad.abs().sum() > 0
+    attention.zero_grad()  # the heads' own gradients (the router's reach x, not q_proj)
+    reference(attention, x.detach(), padding, stats["selected"]).square().sum().backward()
+    assert torch.allclose(attention.q_proj.weight.grad, q_grad, atol=1e-5) and q_grad.abs().sum() > 0
 
 
 def cuda_layout(sdpa):
@@ -103,7 +127,7 @@ RUNS = {
 @pytest.mark.parametrize("heads", sorted(RUNS))
 def test_head_sets_split_into_runs_of_consecutive_heads(heads):
     attention = make_attention()
-    assert head_subset.head_runs(torch.tensor(heads)) == RUNS[heads]
+    assert head_subset.head_runs(list(heads)) == RUNS[heads]
     x, padding = padded(3, seed=1)
     selected = torch.zeros(3, H, dtype=torch.bool)
     selected[:, list(heads)] = True

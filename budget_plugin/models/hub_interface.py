@@ -48,7 +48,13 @@ def tokenizer_options(folders: List[Path], bpe: Optional[str], options: dict) ->
 
 class BudgetFormerHubInterface(RobertaHubInterface):
     """fairseq's RoBERTa hub interface (``encode``, ``predict``, ``extract_features``,
-    ``decode``) plus :meth:`head_usage`."""
+    ``decode``) plus :meth:`head_usage`. ``predict`` runs without autograd, so that it
+    takes the fast path (with autograd recording, a layer computes every head, for the
+    gradients); wrap ``extract_features`` in ``torch.no_grad()`` for the same."""
+
+    @torch.no_grad()
+    def predict(self, head: str, tokens: torch.LongTensor, return_logits: bool = False):
+        return super().predict(head, tokens, return_logits=return_logits)
 
     @torch.no_grad()
     def head_usage(self, tokens: torch.LongTensor) -> Union[List[Dict], List[List[Dict]]]:

@@ -5,6 +5,7 @@ training."""
 
 from typing import Dict, Optional, Tuple
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -79,7 +80,10 @@ class BudgetedAttention(MultiheadAttention):
                 raise ValueError(f"BudgetedAttention cannot honour {what}; it runs a per-input "
                                  "subset of heads over the whole (padded) input")
         x = query
-        reference = self.training or not self.fast_path
+        # the fast path is inference only (its products write in place, on a cached
+        # copy of the weights): with autograd recording, gradients need the gated path
+        recording = torch.is_grad_enabled() and (x.requires_grad or self.q_proj.weight.requires_grad)
+        reference = self.training or not self.fast_path or recording
         route = self.router(x, key_padding_mask, gate=reference)
         if reference:
             out = self.attend_all_heads(x, key_padding_mask, route.gate)
@@ -110,19 +114,22 @@ class BudgetedAttention(MultiheadAttention):
         the caller knows, without asking the device, that every head is selected."""
         if every_head:  # exactly fairseq's own attention
             return MultiheadAttention.forward(self, x, x, x, key_padding_mask=key_padding_mask, need_weights=False)[0]
+        weights = self.head_major_weights()
+        if weights.qkv.dtype != x.dtype:  # under autocast: the products in the input's dtype
+            weights = HeadMajorWeights(*(None if w is None else w.to(x.dtype) for w in weights))
         if gpu_heads.available(x):  # decides nothing on the host: no synchronisation
-            return gpu_heads.attend_selected(x, key_padding_mask, selected, self.head_major_weights())
+            return gpu_heads.attend_selected(x, key_padding_mask, selected, weights)
         if bool(selected.all()):
             return self.attend_selected_heads(x, key_padding_mask, selected, every_head=True)
-        return head_subset.attend_selected(x, key_padding_mask, selected, self.head_major_weights())
+        return head_subset.attend_selected(x, key_padding_mask, selected, weights)
 
     def head_major_weights(self) -> HeadMajorWeights:
         """The head-major copy of the weights, cached until a weight changes: in-place
         updates and ``load_state_dict`` bump the tensors' versions, and ``train()``
         drops the cache for the writes that do not (fairseq's optimizers)."""
         projections = (self.q_proj, self.k_proj, self.v_proj, self.out_proj)
-        key = tuple((p.weight.data_ptr(), p.weight._version) for p in projections)
-        key += tuple((p.bias.data_ptr(), p.bias._version) for p in projections if p.bias is not None)
+        tensors = [p.weight for p in projections] + [p.bias for p in projections if p.bias is not None]
+        key = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in tensors)
         if self._head_major is None or self._head_major[0] != key:
             self._head_major = (key, head_major(*projections, self.num_heads))
         return self._head_major[1]

@@ -42,10 +42,10 @@ def keep_mask(key_padding_mask: Optional[Tensor]) -> Optional[Tensor]:
     return ~key_padding_mask.bool()[:, None, None, :]
 
 
-def head_runs(heads: Tensor) -> List[Tuple[int, int]]:
+def head_runs(heads: List[int]) -> List[Tuple[int, int]]:
     """Ascending head indices as maximal runs of consecutive heads, [start, stop)."""
     runs: List[Tuple[int, int]] = []
-    for h in heads.tolist():
+    for h in heads:
         if runs and runs[-1][1] == h:
             runs[-1] = (runs[-1][0], h + 1)
         else:
@@ -71,9 +71,8 @@ def sort_examples(selected: Tensor) -> Tensor:
     the most significant bit, in decreasing order. Nested sets (the top-k of similar
     rankings) then give every head one range of examples; in practice a trained
     router's batch of 32 gives 1-2.5 ranges per head."""
-    H = selected.size(1)
-    popular_first = selected.sum(dim=0).argsort(descending=True, stable=True)
-    bits = torch.pow(2, torch.arange(H - 1, -1, -1, device=selected.device))  # H <= 62
+    popular_first = selected.sum(dim=0).argsort(descending=True, stable=True)[:62]  # an int64 holds 62 bits
+    bits = torch.pow(2, torch.arange(popular_first.numel() - 1, -1, -1, device=selected.device))
     return (selected[:, popular_first].long() * bits).sum(dim=1).argsort(descending=True, stable=True)
 
 
@@ -163,7 +162,7 @@ def _pieces(weights: HeadMajorWeights, heads: List[int], rows: int) -> List[Tupl
     rows: g*3d x C, their bias, out_proj columns: g*d x C): one per run of
     consecutive heads on views of the weights, or, for many rows, one for all the
     heads with their weights gathered."""
-    runs = [slice(first, last) for first, last in head_runs(torch.tensor(heads))]
+    runs = [slice(first, last) for first, last in head_runs(heads)]
     if len(runs) > 1 and rows >= GATHER_ROWS:
         runs = [torch.tensor(heads, device=weights.qkv.device)]
     return [(weights.qkv[pick].flatten(0, 1), None if weights.qkv_bias is None else weights.qkv_bias[pick].flatten(),
@@ -171,10 +170,10 @@ def _pieces(weights: HeadMajorWeights, heads: List[int], rows: int) -> List[Tupl
 
 
 def _product(a: Tensor, b: Tensor, out: Tensor, add: Optional[Tensor]):
-    """out = add + a @ b, written into ``out`` (a view); plain a @ b without ``add``."""
-    if torch.is_grad_enabled():  # autograd refuses out=; a slice assignment it records
-        out.copy_(a @ b if add is None else torch.addmm(add, a, b))
-    elif add is None:
+    """out = add + a @ b, written into ``out`` (a view); plain a @ b without ``add``.
+    (out= rather than addmm_: FlopCounterMode counts addmm only. Autograd refuses
+    out=, so this path is for inference, which is where BudgetedAttention uses it.)"""
+    if add is None:
         torch.mm(a, b, out=out)
-    else:  # out= rather than addmm_: FlopCounterMode counts addmm only
+    else:
         torch.addmm(add, a, b, out=out)
