@@ -2,11 +2,12 @@
 fairseq-train --user-dir budget_plugin -> fairseq-validate, on tiny data."""
 
 import re
+import sys
 
 import pytest
 import torch
 
-from conftest import PLUGIN_DIR, make_classification_data, parse_metrics, run, train_args
+from conftest import PLUGIN_DIR, REPO, make_classification_data, parse_metrics, run, train_args
 
 N_VALID = 100  # not a multiple of 8 or of the batch size, on purpose
 
@@ -89,6 +90,23 @@ def test_train_and_validate_in_mixed_precision_on_a_gpu(single, tmp_path, precis
     metrics = validate(single, tmp_path / "checkpoint_best.pt", *(["--fp16"] if precision == "--fp16" else []),
                        cpu=False)
     assert metrics["bsz"] == N_VALID and metrics["accuracy"] > 60
+
+
+def test_distillation_from_cached_teacher_logits(single, trained, tmp_path):
+    """scripts/teacher_logits.py scores every training example with a checkpoint (the
+    teacher); fairseq-train --distill-logits then trains on them and logs distill_loss."""
+    save, _ = trained
+    logits = tmp_path / "teacher.pt"
+    output = run([sys.executable, REPO / "scripts" / "teacher_logits.py", "--checkpoint", save / "checkpoint_best.pt",
+                  "--data", single, "--out", logits])
+    assert "320 examples x 2 classes" in output
+    teacher = torch.load(logits, weights_only=True)
+    assert teacher.shape == (320, 2) and torch.isfinite(teacher).all()
+    output = run(train_args(single, tmp_path / "student", "--distill-logits", logits, "--distill-weight", 0.5,
+                            epochs=1))
+    steps = train_inner(output)
+    assert steps and all("distill_loss" in step for step in steps)
+    assert "distill_loss" not in validate(single, tmp_path / "student" / "checkpoint_best.pt")
 
 
 def test_raising_budget_weight_lowers_heads(single, tmp_path):

@@ -177,6 +177,43 @@ def test_criterion_loss_is_cross_entropy_plus_the_budget_and_exploration_terms()
     assert router.budget_proj.weight.grad.abs().sum() > 0
 
 
+def test_distillation_mixes_the_teachers_softened_distribution_in_training(tmp_path):
+    """--distill-logits: in training the cross-entropy becomes (1 - w) CE + w T^2
+    KL(teacher || model), the teacher's row chosen by the example's id; evaluation
+    ignores it (the logits are the training set's)."""
+    teacher = torch.randn(10, 2)
+    torch.save(teacher, tmp_path / "teacher.pt")
+    model = build_model(num_classes=2, dropout=0.0, attention_dropout=0.0).train()
+    sample = {**make_sample(), "id": torch.tensor([9, 0, 3, 4, 7, 1])}
+    options = dict(budget_weight=0.0, exploration_weight=0.0)
+    torch.manual_seed(0)
+    plain, _, _ = make_criterion(**options)(model, sample)
+    torch.manual_seed(0)
+    logits = model(**sample["net_input"], features_only=True, classification_head_name="sentence_classification_head")[0]
+    torch.manual_seed(0)
+    distilled, _, logs = make_criterion(**options, distill_logits=str(tmp_path / "teacher.pt"), distill_weight=0.25,
+                                        distill_temperature=2.0)(model, sample)
+    p_teacher = torch.softmax(teacher[sample["id"]] / 2.0, dim=-1)
+    kl = (p_teacher * (p_teacher.log() - torch.log_softmax(logits / 2.0, dim=-1))).sum()
+    assert logs["distill_loss"].item() == pytest.approx(4.0 * kl.item(), rel=1e-5)
+    assert distilled.item() == pytest.approx(0.75 * plain.item() + 0.25 * 4.0 * kl.item(), rel=1e-5)
+    assert logs["task_loss"].item() == pytest.approx(plain.item(), rel=1e-6), "task_loss stays the cross-entropy"
+    model.eval()
+    evaluated, _, logs = make_criterion(**options, distill_logits=str(tmp_path / "teacher.pt"))(model, sample)
+    assert "distill_loss" not in logs
+
+
+def test_distillation_refuses_logits_that_do_not_fit(tmp_path):
+    torch.save({"not": "a tensor"}, tmp_path / "bad.pt")
+    with pytest.raises(ValueError, match=r"--distill-logits .*bad\.pt: expected a float tensor"):
+        make_criterion(distill_logits=str(tmp_path / "bad.pt"))
+    torch.save(torch.randn(4, 3), tmp_path / "three.pt")
+    model = build_model(num_classes=2).train()
+    sample = {**make_sample(), "id": torch.arange(6)}
+    with pytest.raises(ValueError, match="holds 4 examples x 3 classes; this batch has example ids up to 5 and 2"):
+        make_criterion(distill_logits=str(tmp_path / "three.pt"))(model, sample)
+
+
 def test_reduce_metrics_over_several_logging_outputs():
     """Two workers' (or two batches') logs: every metric is a ratio of sums."""
     logs = [

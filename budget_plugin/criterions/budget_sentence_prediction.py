@@ -42,6 +42,36 @@ class BudgetSentencePredictionConfig(SentencePredictionCriterionConfig):
             "distribution from collapsing early), annealed with the model's schedule"
         },
     )
+    distill_logits: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "a teacher's class logits for every training example (a float tensor "
+            "N x classes saved with torch.save, row i for the example of id i, as "
+            "scripts/teacher_logits.py writes them): training then distils the teacher"
+        },
+    )
+    distill_weight: float = field(
+        default=0.5,
+        metadata={
+            "help": "with --distill-logits, the task loss in training is (1 - w) * "
+            "cross-entropy + w * T^2 * KL(teacher || model) at temperature T"
+        },
+    )
+    distill_temperature: float = field(
+        default=2.0, metadata={"help": "with --distill-logits, the temperature T of both distributions"}
+    )
+
+
+def load_teacher_logits(path: str) -> Tensor:
+    """The N x classes float tensor that --distill-logits names, read with torch's safe loader."""
+    try:
+        logits = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError) as e:
+        raise ValueError(f"--distill-logits {path}: cannot read it ({e})") from None
+    if not isinstance(logits, Tensor) or logits.dim() != 2 or not logits.is_floating_point():
+        raise ValueError(f"--distill-logits {path}: expected a float tensor of N examples x classes, "
+                         f"got {type(logits).__name__} {getattr(logits, 'shape', '')}")
+    return logits
 
 
 @register_criterion("budget_sentence_prediction", dataclass=BudgetSentencePredictionConfig)
@@ -49,7 +79,9 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
     """fairseq's ``sentence_prediction`` loss (cross-entropy, or MSE with
     ``--regression-target``) + budget_weight * budget term - exploration_weight *
     rate * relevance entropy. The statistics come from the model's output
-    (``extra["budget"]``, one dict per layer), the rate from the model's schedule."""
+    (``extra["budget"]``, one dict per layer), the rate from the model's schedule.
+    With ``--distill-logits`` the cross-entropy of training is mixed with a dense
+    teacher's distillation term (:meth:`distillation`)."""
 
     def __init__(self, cfg: BudgetSentencePredictionConfig, task):
         super().__init__(cfg, task)
@@ -62,6 +94,13 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
         self.budget_weight = cfg.budget_weight
         self.target_head_ratio = target
         self.exploration_weight = cfg.exploration_weight
+        self.teacher = self.distill_weight = self.distill_temperature = None
+        if cfg.distill_logits:
+            require(not self.regression_target, "distill-logits", "unset with --regression-target", cfg.distill_logits)
+            require(0 <= cfg.distill_weight <= 1, "distill-weight", "in [0, 1]", cfg.distill_weight)
+            require(cfg.distill_temperature > 0, "distill-temperature", "> 0", cfg.distill_temperature)
+            self.teacher = load_teacher_logits(cfg.distill_logits)
+            self.distill_weight, self.distill_temperature = cfg.distill_weight, cfg.distill_temperature
 
     def forward(self, model, sample, reduce=True):
         logits, extra = model(
@@ -79,12 +118,16 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
             task_loss = F.mse_loss(logits.view(-1).float(), targets.float(), reduction="sum")
         else:
             task_loss = F.nll_loss(F.log_softmax(logits, dim=-1, dtype=torch.float32), targets, reduction="sum")
+        fit, distill_loss = task_loss, None
+        if self.teacher is not None and model.training:  # the logits are the training set's
+            distill_loss = self.distillation(logits, sample["id"])
+            fit = (1 - self.distill_weight) * task_loss + self.distill_weight * distill_loss
 
         exploration = model.exploration()
         budget_term = self.budget_term(layers)
         entropy = self.relevance_entropy(layers)
         loss = (
-            task_loss
+            fit
             + sample_size * self.budget_weight * budget_term
             - sample_size * self.exploration_weight * exploration.rate * entropy
         )
@@ -103,7 +146,20 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
         )
         if not self.regression_target:
             logging_output["ncorrect"] = (logits.argmax(dim=1) == targets).sum()
+        if distill_loss is not None:
+            logging_output["distill_loss"] = distill_loss.data
         return loss, sample_size, logging_output
+
+    def distillation(self, logits: Tensor, ids: Tensor) -> Tensor:
+        """T^2 * KL(teacher || model) of the softened class distributions, summed over the
+        batch (Hinton et al. 2015: T^2 keeps its gradients on the cross-entropy's scale)."""
+        teacher, T = self.teacher, self.distill_temperature
+        if logits.size(1) != teacher.size(1) or int(ids.max()) >= teacher.size(0):
+            raise ValueError(f"--distill-logits holds {teacher.size(0)} examples x {teacher.size(1)} classes; "
+                             f"this batch has example ids up to {int(ids.max())} and {logits.size(1)} classes")
+        target = F.log_softmax(teacher.to(logits.device)[ids].float() / T, dim=-1)
+        model = F.log_softmax(logits.float() / T, dim=-1)
+        return T * T * F.kl_div(model, target, reduction="sum", log_target=True)
 
     def budget_term(self, layers: List[Dict[str, Tensor]]) -> Tensor:
         if not layers:
@@ -166,3 +222,5 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
         metrics.log_scalar("flops_ratio", total("attn_flops") / flops_full, flops_full, round=3)
         for key in ("budget_term", "exploration_term", "relevance_entropy", "explore_rate", "temperature"):
             metrics.log_scalar(key, total(key) / nsentences, nsentences, round=4)
+        if any("distill_loss" in log for log in logging_outputs):
+            metrics.log_scalar("distill_loss", total("distill_loss") / sample_size / math.log(2), sample_size, round=3)

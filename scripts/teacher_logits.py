@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""A teacher's class logits for every example of a split, for distillation
+(``--criterion budget_sentence_prediction --distill-logits FILE``).
+
+Loads a fine-tuned checkpoint (a dense ``roberta`` or any model with a
+``sentence_classification_head``) as fairseq-validate does, runs it in evaluation mode
+over every example of the split of a binarized sentence-classification data set and
+saves an N x classes float tensor whose row i is the example of id i (the dataset
+index that fairseq's batches carry as ``sample["id"]``). Computed once, the logits cost
+the student's training nothing but a lookup. Written atomically.
+
+    python scripts/teacher_logits.py --checkpoint checkpoints/dense/checkpoint_best.pt \\
+        --data data/minilm/MR-bin --out checkpoints/dense/teacher_train.pt
+"""
+
+import argparse
+import io
+import logging
+import sys
+from pathlib import Path
+
+logging.basicConfig(level=logging.WARNING)  # before fairseq sets up INFO logging
+
+import torch  # noqa: E402
+
+from budget_plugin.tools.errors import DataError, run_cli  # noqa: E402
+from budget_plugin.tools.files import write_atomic  # noqa: E402
+from budget_plugin.tools.measure import classify, load_checkpoint  # noqa: E402
+
+
+@torch.no_grad()
+def teacher_logits(checkpoint: Path, data: Path, split: str, batch_size: int) -> torch.Tensor:
+    model, task = load_checkpoint(checkpoint, data)
+    task.load_dataset(split)
+    dataset = task.dataset(split)
+    logits = None
+    for sample in task.get_batch_iterator(dataset, max_sentences=batch_size).next_epoch_itr(shuffle=False):
+        out = classify(model, sample["net_input"]["src_tokens"])[0].float()
+        if logits is None:
+            logits = torch.full((len(dataset), out.size(1)), float("nan"))
+        logits[sample["id"]] = out
+    if logits is None or torch.isnan(logits).any():
+        raise DataError(f"{data}: not every example of '{split}' was scored")
+    return logits
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoint", type=Path, required=True, help="the teacher (fairseq checkpoint)")
+    parser.add_argument("--data", type=Path, required=True, help="the binarized data set (input0/, label/)")
+    parser.add_argument("--split", default="train", help="the split to score (default: %(default)s)")
+    parser.add_argument("--out", type=Path, required=True, help="the .pt file to write")
+    parser.add_argument("--batch-size", type=int, default=64)
+    args = parser.parse_args(argv)
+
+    def body():
+        for path, what in ((args.checkpoint, "--checkpoint"), (args.data, "--data")):
+            if not path.exists():
+                raise DataError(f"{what} {path}: no such file or folder")
+        logits = teacher_logits(args.checkpoint, args.data, args.split, args.batch_size)
+        buffer = io.BytesIO()
+        torch.save(logits, buffer)
+        write_atomic(args.out, buffer.getvalue())
+        print(f"wrote {args.out}: {logits.size(0)} examples x {logits.size(1)} classes "
+              f"(teacher accuracy is not computed here; fairseq-validate scores it)")
+
+    return run_cli(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
