@@ -10,7 +10,7 @@ from fairseq.utils import safe_getattr
 
 POOLING_CHOICES = ChoiceEnum(["mean", "first"])
 ATTENTION_PATH_CHOICES = ChoiceEnum(["fast", "reference"])
-HEAD_SELECTION_CHOICES = ChoiceEnum(["learned", "static", "random"])
+HEAD_SELECTION_CHOICES = ChoiceEnum(["learned", "static", "random", "kept"])
 SCHEDULE_CHOICES = ChoiceEnum(["linear", "cosine"])
 
 
@@ -82,6 +82,13 @@ class BudgetConfig(FairseqDataclass):
             "average (k drawn from its floor and ceiling), 'static' rounds it"
         },
     )
+    kept_heads: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "for --head-selection kept: each layer's heads, as comma-separated "
+            "indices, layers separated by ';' (e.g. '0,3,5;1,2;...')"
+        },
+    )
     # The exploration schedule: a function of the update number, which fairseq hands
     # the model (set_num_updates) and restores on resume.
     exploration_updates: int = field(
@@ -141,9 +148,11 @@ class BudgetConfig(FairseqDataclass):
         if self.initial_budget is not None:
             require(self.min_heads <= self.initial_budget <= num_heads, "initial_budget",
                     f"in [--min-heads, {num_heads}]", self.initial_budget)
-        if self.head_selection == "learned":
+        if self.head_selection in ("learned", "kept"):
             require(self.fixed_heads is None, "fixed_heads",
                     "unset unless --head-selection is static or random", self.fixed_heads)
+        if self.head_selection != "kept":
+            require(self.kept_heads is None, "kept_heads", "unset unless --head-selection is kept", self.kept_heads)
         self.heads_per_layer(num_layers, num_heads)
         require(self.exploration_updates >= 0, "exploration_updates", ">= 0", self.exploration_updates)
         require(self.exploration_noise >= 0, "exploration_noise", ">= 0", self.exploration_noise)
@@ -156,6 +165,8 @@ class BudgetConfig(FairseqDataclass):
         float per layer (every layer at ``num_heads`` for the learned budget)."""
         if self.head_selection == "learned":
             return [float(num_heads)] * num_layers
+        if self.head_selection == "kept":
+            return [float(len(heads)) for heads in self.kept_heads_per_layer(num_layers, num_heads)]
         try:
             values = [float(v) for v in str(self.fixed_heads).split(",")]
         except ValueError:
@@ -170,3 +181,19 @@ class BudgetConfig(FairseqDataclass):
             self.fixed_heads,
         )
         return values
+
+    def kept_heads_per_layer(self, num_layers: int, num_heads: int) -> List[List[int]]:
+        """--kept-heads '0,3,5;1,2;...' -> each layer's heads (ascending, distinct)."""
+        try:
+            layers = [sorted({int(h) for h in layer.split(",")}) for layer in str(self.kept_heads).split(";")]
+        except ValueError:
+            layers = []
+        require(
+            len(layers) == num_layers
+            and all(self.min_heads <= len(heads) and all(0 <= h < num_heads for h in heads) for heads in layers),
+            "kept_heads",
+            f"{num_layers} ';'-separated lists (one per layer) of comma-separated head indices in "
+            f"[0, {num_heads}), at least --min-heads each",
+            self.kept_heads,
+        )
+        return layers

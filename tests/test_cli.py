@@ -1,6 +1,7 @@
 """End to end through the real command-line tools: fairseq-preprocess ->
 fairseq-train --user-dir budget_plugin -> fairseq-validate, on tiny data."""
 
+import json
 import re
 import sys
 
@@ -107,6 +108,25 @@ def test_distillation_from_cached_teacher_logits(single, trained, tmp_path):
     steps = train_inner(output)
     assert steps and all("distill_loss" in step for step in steps)
     assert "distill_loss" not in validate(single, tmp_path / "student" / "checkpoint_best.pt")
+
+
+def test_importance_pruning_keeps_the_most_important_heads(single, trained, tmp_path):
+    """scripts/head_importance.py (Michel et al.'s |dL/dgate| on the training set) picks
+    each layer's heads; --head-selection kept fine-tunes with exactly those."""
+    save, _ = trained
+    out = tmp_path / "importance.json"
+    output = run([sys.executable, REPO / "scripts" / "head_importance.py", "--checkpoint", save / "checkpoint_best.pt",
+                  "--data", single, "--heads-per-layer", "2,3", "--out", out])
+    report = json.loads(out.read_text())
+    importance = torch.tensor(report["importance"])
+    assert importance.shape == (2, 4) and torch.allclose(importance.norm(dim=1), torch.ones(2))
+    kept = [sorted(row.argsort(descending=True)[:k].tolist()) for row, k in zip(importance, (2, 3))]
+    assert report["kept_heads"] == ";".join(",".join(map(str, heads)) for heads in kept)
+    assert f"--kept-heads '{report['kept_heads']}'" in output
+    run(train_args(single, tmp_path / "pruned", "--head-selection", "kept", "--kept-heads", report["kept_heads"],
+                   epochs=1))
+    metrics = validate(single, tmp_path / "pruned" / "checkpoint_best.pt")
+    assert metrics["heads_l0"] == 2 and metrics["heads_l1"] == 3
 
 
 def test_raising_budget_weight_lowers_heads(single, tmp_path):

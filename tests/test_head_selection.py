@@ -108,3 +108,28 @@ def test_heads_per_layer():
     assert BudgetConfig(head_selection="random", fixed_heads="3.5").heads_per_layer(3, 8) == [3.5, 3.5, 3.5]
     assert BudgetConfig(head_selection="static", fixed_heads="1,2.5,8").heads_per_layer(3, 8) == [1.0, 2.5, 8.0]
     assert BudgetConfig().heads_per_layer(2, 8) == [8.0, 8.0]
+
+
+def test_kept_heads_run_for_every_input_and_nothing_else():
+    """--head-selection kept (the pruning baseline): exactly the named heads, for every
+    input, in training (exploration on) as in evaluation; the buffer is in the state dict."""
+    model = build_model(head_selection="kept", kept_heads="3,0;1,2,3", exploration_updates=10,
+                        exploration_uniform=1.0)
+    expected = [[True, False, False, True], [False, True, True, True]]
+    for mode in (model.train(), model.eval()):
+        _, extra = mode(random_tokens(), features_only=True)
+        for layer, want in zip(extra["budget"], expected):
+            assert layer["selected"].tolist() == [want] * 6
+            assert layer["heads"].tolist() == [sum(want)] * 6
+    assert "encoder.sentence_encoder.layers.1.self_attn.router.kept" in model.state_dict()
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(head_selection="kept"), "--kept-heads must be 2 ';'-separated lists"),
+    (dict(head_selection="kept", kept_heads="0;4"), r"head indices in \[0, 4\)"),
+    (dict(head_selection="kept", kept_heads="0;1", fixed_heads="2"), "--fixed-heads must be unset"),
+    (dict(kept_heads="0;1"), "--kept-heads must be unset unless --head-selection is kept"),
+])
+def test_kept_heads_are_checked(options, message):
+    with pytest.raises(ValueError, match=message):
+        build_model(**options)

@@ -38,6 +38,10 @@ class BudgetTransformerEncoder(TransformerEncoder):
         self.layer_heads = enumerate(budget.heads_per_layer(args.encoder_layers, args.encoder_attention_heads))
         super().__init__(args, dictionary, embed_tokens)
         del self.layer_heads
+        if budget.head_selection == "kept":
+            kept = budget.kept_heads_per_layer(args.encoder_layers, args.encoder_attention_heads)
+            for layer, heads in zip(self.layers, kept):
+                layer.self_attn.router.keep(heads)
 
     def build_encoder_layer(self, cfg):
         return BudgetedEncoderLayer(TransformerConfig.from_namespace(cfg), self.budget, *next(self.layer_heads))

@@ -26,7 +26,7 @@ lets the router move faster than the pretrained weights under one learning rate.
 
 import contextlib
 import math
-from typing import Iterator, NamedTuple, Optional
+from typing import Iterator, List, NamedTuple, Optional
 
 import torch
 from torch import Tensor, nn
@@ -83,6 +83,8 @@ class HeadRouter(nn.Module):
         if cfg.head_selection == "random":
             # seeds the draws at inference; a buffer, so that a checkpoint replays them
             self.register_buffer("random_seed", torch.randint(1 << 62, ()))
+        if cfg.head_selection == "kept":  # filled by keep(); a buffer, so checkpoints hold it
+            self.register_buffer("kept", torch.zeros(num_heads, dtype=torch.bool))
         self._generator: Optional[torch.Generator] = None
         self.num_updates = 0
         self.forced_heads: Optional[int] = None  # only inside forced()
@@ -103,6 +105,12 @@ class HeadRouter(nn.Module):
         nn.init.zeros_(self.relevance_proj.bias)
         nn.init.zeros_(self.budget_proj.weight)
         nn.init.constant_(self.budget_proj.bias, math.log(fraction / (1 - fraction)) / scale)
+
+    def keep(self, heads: List[int]):
+        """--head-selection kept: the heads this layer runs for every input."""
+        with torch.no_grad():
+            self.kept.zero_()
+            self.kept[heads] = True
 
     def set_num_updates(self, num_updates: int):
         """fairseq calls this on every update (and after loading a checkpoint)."""
@@ -161,18 +169,23 @@ class HeadRouter(nn.Module):
             if selection == "static":
                 logits = scale * self.static_logits.float().expand(B, H)
                 heads = budget.round().long()
+            elif selection == "kept":  # ranked first, uniform relevance among them
+                logits = torch.where(self.kept, 0.0, float("-inf")).expand(B, H)
+                heads = budget.round().long()
             else:  # floor or ceiling, so that the mean is the fractional budget
                 logits = x.new_zeros((B, H), dtype=torch.float)
                 fraction = self.fixed_heads - math.floor(self.fixed_heads)
                 heads = math.floor(self.fixed_heads) + (self.uniform_draw(B, x.device) < fraction).long()
         every_head = m >= H or {"learned": False, "static": round(self.fixed_heads) >= H,
-                                "random": self.fixed_heads >= H}[selection]
+                                "random": self.fixed_heads >= H, "kept": self.fixed_heads >= H}[selection]
         if self.forced_heads is not None:
             heads = torch.full_like(heads, self.forced_heads)
             every_head = self.forced_heads == H
         relevance = torch.softmax(logits / exploration.temperature, dim=-1)
         if selection == "random":
             rank = ranks(self.uniform_draw((B, H), x.device))
+        elif selection == "kept":  # nothing to explore
+            rank = ranks(logits)
         else:
             rank = self.rank_heads(logits, exploration)
         selected = rank < heads.unsqueeze(-1)
