@@ -106,9 +106,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     def body():
-        for path, what in ((args.checkpoint, "--checkpoint"), (args.data, "--data")):
-            if not path.exists():
-                raise DataError(f"{what} {path}: no such file or folder")
         importance = head_importance(args.checkpoint, args.data, args.split, args.batch_size)
         L, H = importance.shape
         try:

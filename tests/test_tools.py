@@ -240,3 +240,14 @@ def test_parse_updates_names_the_option():
     assert study.parse_updates(["TOY=7"]) == dict(study.UPDATES, TOY=7)
     with pytest.raises(SystemExit, match="--updates expects NAME=N"):
         study.parse_updates(["MR=0"])
+
+
+def test_loading_a_checkpoint_names_a_missing_file(tmp_path):
+    from budget_plugin.tools.errors import DataError
+    from budget_plugin.tools.measure import load_checkpoint
+
+    with pytest.raises(DataError, match=r"checkpoint .*nope\.pt: no such file or folder"):
+        load_checkpoint(tmp_path / "nope.pt", tmp_path)
+    (tmp_path / "model.pt").write_bytes(b"")
+    with pytest.raises(DataError, match=r"data folder .*missing: no such file or folder"):
+        load_checkpoint(tmp_path / "model.pt", tmp_path / "missing")

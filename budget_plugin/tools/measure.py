@@ -9,6 +9,7 @@ from typing import List, Sequence, Tuple
 import torch
 
 from ..modules.flops import MeasuredFlops, measure_flops
+from .errors import DataError
 from .timing import rotation
 
 Batch = Tuple[torch.Tensor, torch.Tensor]  # tokens (B x T), gold classes (B)
@@ -17,6 +18,10 @@ Batch = Tuple[torch.Tensor, torch.Tensor]  # tokens (B x T), gold classes (B)
 def load_checkpoint(checkpoint: Path, data: Path):
     """A checkpoint in evaluation mode and its task, as fairseq-validate loads them."""
     from fairseq import checkpoint_utils
+
+    for path, what in ((checkpoint, "checkpoint"), (data, "data folder")):
+        if not Path(path).exists():
+            raise DataError(f"{what} {path}: no such file or folder")
 
     models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)], arg_overrides={"data": str(data)})
     return models[0].eval(), task
