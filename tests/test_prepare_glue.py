@@ -19,7 +19,7 @@ import pytest
 
 from budget_plugin.tools import fairseq_cli
 from budget_plugin.tools import prepare as prepare_module
-from budget_plugin.tools.errors import PreprocessError
+from budget_plugin.tools.errors import DataError, PreprocessError
 from budget_plugin.tools.glue_layout import LAYOUTS
 from budget_plugin.tools.prepare import prepare_task
 from budget_plugin.tools.tsv import read_task
@@ -449,6 +449,31 @@ def test_skip_bad_rows_counts_per_file(prepared, tmp_path):
     assert summary.tokenizer.startswith("sentencepiece reused")
     assert (out / "input0" / "dict.txt").read_text() == (prepared.bin("SST-2") / "input0" / "dict.txt").read_text()
     assert (out / "sentencepiece.bpe.model").read_bytes() == model.read_bytes()
+
+
+@pytest.mark.slow
+def test_truncate_tokens_keeps_the_first_pieces_of_every_input(prepared, tmp_path):
+    """--truncate-tokens N: every binarized input is its first N pieces (then </s>)."""
+    rng = random.Random(5)
+    task = tmp_path / "raw" / "LONG"
+    header = ["sentence", "label"]
+    for split, n in (("train", 8), ("dev", 3), ("test", 3)):
+        write_tsv(task / f"{split}.tsv", header, [[" ".join(sentence(rng) for _ in range(4)), str(i % 2)]
+                                                  for i in range(n)])
+    model = prepared.bin("SST-2") / "sentencepiece.bpe.model"
+    full = prepare_task(task, tmp_path / "full", layout="SST-2", labelled_test=True, spm_model=model,
+                        log=lambda m: None)
+    cut = prepare_task(task, tmp_path / "cut", layout="SST-2", labelled_test=True, spm_model=model, truncate=3,
+                       log=lambda m: None)
+    dictionary = Dictionary.load(str(tmp_path / "cut" / "LONG-bin" / "input0" / "dict.txt"))
+    long = data_utils.load_indexed_dataset(str(tmp_path / "full" / "LONG-bin" / "input0" / "train"), dictionary)
+    short = data_utils.load_indexed_dataset(str(tmp_path / "cut" / "LONG-bin" / "input0" / "train"), dictionary)
+    assert len(short) == len(long) == 8
+    for a, b in zip(long, short):
+        assert len(a) > 4 and b.tolist() == a[:3].tolist() + [dictionary.eos()]
+    assert cut.splits[0].tokens < full.splits[0].tokens
+    with pytest.raises(DataError, match="--truncate-tokens must be >= 1, got 0"):
+        prepare_task(task, tmp_path / "zero", layout="SST-2", spm_model=model, truncate=0, log=lambda m: None)
 
 
 # --------------------------------------------------------------------------------------

@@ -80,11 +80,13 @@ def _progress(iterable, desc: str, total: int):
                 mininterval=1.0, disable=not sys.stderr.isatty())
 
 
-def encode_split(encode, split: Split, work: Path, vocab: set, num_inputs: int, max_positions: int) -> SplitSummary:
+def encode_split(encode, split: Split, work: Path, vocab: set, num_inputs: int, max_positions: int,
+                 truncate: Optional[int] = None) -> SplitSummary:
     """Write `<name>.input0` (and `.input1`) as pieces, one example per line.
 
     The pieces are exactly what fairseq's BPE (sentencepiece, or the plugin's wordpiece)
-    produces for the raw text: `encode` is that BPE's split.
+    produces for the raw text: `encode` is that BPE's split, cut to its first `truncate`
+    pieces when given.
     """
     summary = SplitSummary(split.name, split.path.name, len(split.texts), skipped=split.skipped,
                            first_skipped_line=split.first_skipped_line, labelled=split.labels is not None)
@@ -96,7 +98,7 @@ def encode_split(encode, split: Split, work: Path, vocab: set, num_inputs: int, 
             # second gets the separator prepended: <s> a </s> </s> b </s>.
             length = num_inputs
             for out, text in zip(outs, texts):
-                line = " ".join(encode(text))
+                line = " ".join(encode(text)[:truncate])
                 out.write(line + "\n")
                 tokens = line.split()  # what fairseq's tokenize_line will see
                 length += len(tokens) + 1

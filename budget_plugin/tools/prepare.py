@@ -35,6 +35,7 @@ def prepare_task(
     vocab_size: int = 8000,
     model_type: str = "unigram",
     max_positions: int = 512,
+    truncate: Optional[int] = None,
     workers: int = 1,
     skip_bad_rows: bool = False,
     log: Callable[[str], None] = _log,
@@ -46,7 +47,11 @@ def prepare_task(
     dev columns and are binarized with their labels (for our own held-out splits).
     `wordpiece` (a tokenizer.json, vocab.txt or scripts/convert_bert.py's output folder)
     tokenizes with a pretrained model's vocabulary instead of a sentencepiece model.
+    `truncate` keeps each input's first pieces only (long documents, for a model whose
+    position embeddings are longer than the length it should train on).
     """
+    if truncate is not None and truncate < 1:
+        raise DataError(f"--truncate-tokens must be >= 1, got {truncate}")
     task_dir, out_dir = Path(task_dir), Path(out_dir)
     name = name or task_dir.name
     if not isinstance(layout, Layout):
@@ -99,7 +104,8 @@ def prepare_task(
         summaries = []
         for split in splits:
             log(f"encoding {split.path.name} ({len(split.texts)} rows)")
-            summaries.append(encode_split(vocab.encode, split, work, known, layout.num_inputs, max_positions))
+            summaries.append(encode_split(vocab.encode, split, work, known, layout.num_inputs, max_positions,
+                                          truncate))
 
         # 4. Label files: classes for fairseq-preprocess, or plain floats for regression
         #    (sentence_prediction reads `label/<split>.label` itself).
@@ -158,6 +164,9 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
                        help="sentencepiece model type (default: %(default)s)")
     group.add_argument("--max-positions", type=int, default=512,
                        help="report examples longer than this, counting <s>/</s> (default: %(default)s)")
+    group.add_argument("--truncate-tokens", type=int, metavar="N",
+                       help="keep only the first N pieces of every input (long documents: BBC News's articles "
+                       "average ~480 WordPiece pieces; 254 fits <s> and </s> into 256 positions)")
     group.add_argument("--workers", type=int, default=1, help="fairseq-preprocess workers (default: %(default)s)")
     group.add_argument("--skip-bad-rows", action="store_true",
                        help="skip and count malformed rows instead of stopping at the first one")
@@ -171,6 +180,7 @@ def prepare_options(args: argparse.Namespace) -> dict:
         vocab_size=args.vocab_size,
         model_type=args.model_type,
         max_positions=args.max_positions,
+        truncate=args.truncate_tokens,
         workers=args.workers,
         skip_bad_rows=args.skip_bad_rows,
     )
