@@ -82,7 +82,7 @@ import torch
 
 from budget_plugin.modules import gpu_heads
 from budget_plugin.modules.flops import measure_flops
-from budget_plugin.tools.building import build_model, size_flags, size_of, size_options
+from budget_plugin.tools.building import build_model, copy_weights, size_flags, size_of, size_options
 from budget_plugin.tools.fairseq_cli import parse_metrics, train_options
 from budget_plugin.tools.fairseq_cli import run as run_tool
 from budget_plugin.tools.files import write_atomic, write_json
@@ -115,16 +115,6 @@ def build_pair(arch: str, vocab: int = VOCAB):
     budget = build_model(arch, vocab, max_positions=MAX_POSITIONS)
     copy_weights(stock.state_dict(), budget)
     return stock, budget
-
-
-def copy_weights(source_state: Dict[str, torch.Tensor], target: torch.nn.Module):
-    """Load every encoder weight the target has (the router and heads may be missing)."""
-    state = {k: v for k, v in source_state.items() if not k.startswith("classification_heads.")}
-    missing, unexpected = target.load_state_dict(state, strict=False)
-    missing = [k for k in missing if ".router." not in k]
-    unexpected = [k for k in unexpected if ".router." not in k]
-    if missing or unexpected:
-        raise RuntimeError(f"weights do not match: missing {missing[:5]}, unexpected {unexpected[:5]}")
 
 
 def randomise_relevance(model, seed: int = 0):
@@ -251,9 +241,14 @@ def build_impls(stock, budget, tokens, ratios, learned: bool) -> List[Impl]:
     H = budget.encoder.sentence_encoder.layers[0].self_attn.num_heads
     last_heads: Dict[str, float] = {}
 
-    def budget_forward():
-        _, extra = budget(tokens, features_only=True)
-        last_heads["forward"] = torch.stack([s["heads"] for s in extra["budget"]]).float().mean().item()
+    def recording(model, key):
+        """The model's forward, which notes the mean heads it ran under ``key``."""
+        def forward():
+            _, extra = model(tokens, features_only=True)
+            last_heads[key] = torch.stack([s["heads"] for s in extra["budget"]]).float().mean().item()
+        return forward
+
+    budget_forward = recording(budget, "forward")
 
     def forcing(k):
         return lambda: budget.forced_heads(k)
@@ -270,12 +265,7 @@ def build_impls(stock, budget, tokens, ratios, learned: bool) -> List[Impl]:
         impls.append(Impl("budgetformer", None, "learned", budget_forward, attention_blocks(budget, inputs),
                           contextlib.nullcontext, lambda: last_heads.get("forward", float("nan"))))
         static = static_twin(budget, tokens)
-
-        def static_forward():
-            _, extra = static(tokens, features_only=True)
-            last_heads["static"] = torch.stack([s["heads"] for s in extra["budget"]]).float().mean().item()
-
-        impls.append(Impl("budgetformer", None, "static", static_forward, attention_blocks(static, inputs),
+        impls.append(Impl("budgetformer", None, "static", recording(static, "static"), attention_blocks(static, inputs),
                           contextlib.nullcontext, lambda: last_heads.get("static", float("nan"))))
     return impls
 

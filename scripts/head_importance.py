@@ -28,10 +28,10 @@ logging.basicConfig(level=logging.WARNING)  # before fairseq sets up INFO loggin
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from budget_plugin.tools.building import build_model  # noqa: E402
+from budget_plugin.tools.building import build_model, copy_weights  # noqa: E402
 from budget_plugin.tools.errors import DataError, run_cli  # noqa: E402
 from budget_plugin.tools.files import write_json  # noqa: E402
-from budget_plugin.tools.measure import load_checkpoint  # noqa: E402
+from budget_plugin.tools.measure import load_checkpoint, samples  # noqa: E402
 
 HEAD = "sentence_classification_head"
 
@@ -45,12 +45,7 @@ def all_heads_twin(model):
     vocab = model.encoder.sentence_encoder.embed_tokens.num_embeddings
     classes = model.classification_heads[HEAD].out_proj.out_features
     twin = build_model("budgetformer", vocab, args=args, num_classes=classes)
-    missing, unexpected = twin.load_state_dict(model.state_dict(), strict=False)
-    missing = [k for k in missing if ".router." not in k]
-    unexpected = [k for k in unexpected if ".router." not in k]
-    if missing or unexpected:
-        raise DataError(f"the checkpoint's weights do not fit a budgetformer: missing {missing[:3]}, "
-                        f"unexpected {unexpected[:3]}")
+    copy_weights(model.state_dict(), twin, classification_heads=True)
     return twin.eval()
 
 
@@ -68,12 +63,10 @@ def head_importance(checkpoint: Path, data: Path, split: str, batch_size: int) -
         return (x * gate.to(x).repeat_interleave(x.size(-1) // H, dim=1),)
 
     hooks = [a.out_proj.register_forward_pre_hook(gate_heads) for a in attentions]
-    task.load_dataset(split)
     total, examples = torch.zeros(len(attentions), H), 0
     try:
         with twin.forced_heads(H):
-            for sample in task.get_batch_iterator(task.dataset(split), max_sentences=batch_size).next_epoch_itr(
-                    shuffle=False):
+            for sample in samples(task, split, batch_size):
                 gates.clear()
                 logits, _ = twin(sample["net_input"]["src_tokens"], classification_head_name=HEAD)
                 loss = F.cross_entropy(logits.float(), sample["target"].view(-1), reduction="sum")

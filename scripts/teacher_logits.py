@@ -25,19 +25,17 @@ import torch  # noqa: E402
 
 from budget_plugin.tools.errors import DataError, run_cli  # noqa: E402
 from budget_plugin.tools.files import write_atomic  # noqa: E402
-from budget_plugin.tools.measure import classify, load_checkpoint  # noqa: E402
+from budget_plugin.tools.measure import classify, load_checkpoint, samples  # noqa: E402
 
 
 @torch.no_grad()
 def teacher_logits(checkpoint: Path, data: Path, split: str, batch_size: int) -> torch.Tensor:
     model, task = load_checkpoint(checkpoint, data)
-    task.load_dataset(split)
-    dataset = task.dataset(split)
     logits = None
-    for sample in task.get_batch_iterator(dataset, max_sentences=batch_size).next_epoch_itr(shuffle=False):
+    for sample in samples(task, split, batch_size):
         out = classify(model, sample["net_input"]["src_tokens"])[0].float()
         if logits is None:
-            logits = torch.full((len(dataset), out.size(1)), float("nan"))
+            logits = torch.full((len(task.dataset(split)), out.size(1)), float("nan"))
         logits[sample["id"]] = out
     if logits is None or torch.isnan(logits).any():
         raise DataError(f"{data}: not every example of '{split}' was scored")

@@ -112,24 +112,26 @@ class BudgetedAttention(MultiheadAttention):
                               every_head: bool = False) -> Tensor:
         """Fast path: only the selected heads (B x H, bool) are computed. ``every_head``:
         the caller knows, without asking the device, that every head is selected."""
-        if every_head:  # exactly fairseq's own attention
+        on_gpu = gpu_heads.available(x)  # the GPU path decides nothing on the host: no synchronisation
+        if every_head or (not on_gpu and bool(selected.all())):  # exactly fairseq's own attention
             return MultiheadAttention.forward(self, x, x, x, key_padding_mask=key_padding_mask, need_weights=False)[0]
-        weights = self.head_major_weights()
-        if weights.qkv.dtype != x.dtype:  # under autocast: the products in the input's dtype
-            weights = HeadMajorWeights(*(None if w is None else w.to(x.dtype) for w in weights))
-        if gpu_heads.available(x):  # decides nothing on the host: no synchronisation
+        weights = self.head_major_weights(x.dtype)
+        if on_gpu:
             return gpu_heads.attend_selected(x, key_padding_mask, selected, weights)
-        if bool(selected.all()):
-            return self.attend_selected_heads(x, key_padding_mask, selected, every_head=True)
         return head_subset.attend_selected(x, key_padding_mask, selected, weights)
 
-    def head_major_weights(self) -> HeadMajorWeights:
-        """The head-major copy of the weights, cached until a weight changes: in-place
-        updates and ``load_state_dict`` bump the tensors' versions, and ``train()``
-        drops the cache for the writes that do not (fairseq's optimizers)."""
+    def head_major_weights(self, dtype: Optional[torch.dtype] = None) -> HeadMajorWeights:
+        """The head-major copy of the weights in ``dtype`` (default: theirs; under
+        autocast, the activations'), cached until a weight changes: in-place updates and
+        ``load_state_dict`` bump the tensors' versions, ``.to()`` moves them, and
+        ``train()`` drops the cache for the writes that do not (fairseq's optimizers)."""
         projections = (self.q_proj, self.k_proj, self.v_proj, self.out_proj)
         tensors = [p.weight for p in projections] + [p.bias for p in projections if p.bias is not None]
-        key = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in tensors)
+        dtype = dtype or self.q_proj.weight.dtype
+        key = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in tensors) + (dtype,)
         if self._head_major is None or self._head_major[0] != key:
-            self._head_major = (key, head_major(*projections, self.num_heads))
+            weights = head_major(*projections, self.num_heads)
+            if dtype != weights.qkv.dtype:
+                weights = HeadMajorWeights(*(None if w is None else w.detach().to(dtype) for w in weights))
+            self._head_major = (key, weights)
         return self._head_major[1]

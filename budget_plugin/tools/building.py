@@ -5,9 +5,13 @@ fairseq-train builds them but without data. Sizes are read from fairseq's
 import argparse
 from typing import Dict, List, NamedTuple, Optional, Union
 
+import torch
+
 import budget_plugin  # noqa: F401  (registers the budgetformer architectures)
 from fairseq.data import Dictionary
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+
+from .errors import DataError
 
 SIZE_OPTIONS = ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads")
 
@@ -93,3 +97,15 @@ def build_model(
     if num_classes is not None:
         model.register_classification_head("sentence_classification_head", num_classes=num_classes)
     return model
+
+
+def copy_weights(source_state: Dict[str, torch.Tensor], target: torch.nn.Module, classification_heads: bool = False):
+    """Load a model's weights into another of the same size, across stock ``roberta`` and
+    BudgetFormer: every weight but the routers' (which one side may lack) and, unless
+    asked for, the classification heads'. Anything else that does not match raises."""
+    state = {k: v for k, v in source_state.items() if classification_heads or not k.startswith("classification_heads.")}
+    missing, unexpected = target.load_state_dict(state, strict=False)
+    missing = [k for k in missing if ".router." not in k]
+    unexpected = [k for k in unexpected if ".router." not in k]
+    if missing or unexpected:
+        raise DataError(f"weights do not match: missing {missing[:5]}, unexpected {unexpected[:5]}")

@@ -4,7 +4,7 @@ an evaluation split, as the accuracy study and the main job report them."""
 import statistics
 import time
 from pathlib import Path
-from typing import List, Sequence, Tuple
+from typing import Iterator, List, Sequence, Tuple
 
 import torch
 
@@ -27,11 +27,16 @@ def load_checkpoint(checkpoint: Path, data: Path):
     return models[0].eval(), task
 
 
+def samples(task, subset: str, batch_size: int) -> Iterator[dict]:
+    """fairseq's batches of every example of ``subset``, unshuffled (``sample["id"]``
+    gives each example's index in the split)."""
+    task.load_dataset(subset)
+    return iter(task.get_batch_iterator(task.dataset(subset), max_sentences=batch_size).next_epoch_itr(shuffle=False))
+
+
 def split_batches(task, batch_size: int, subset: str = "test") -> List[Batch]:
     """Every example of ``subset``, in order, ``batch_size`` at a time."""
-    task.load_dataset(subset)
-    iterator = task.get_batch_iterator(task.dataset(subset), max_sentences=batch_size)
-    return [(s["net_input"]["src_tokens"], s["target"].view(-1)) for s in iterator.next_epoch_itr(shuffle=False)]
+    return [(s["net_input"]["src_tokens"], s["target"].view(-1)) for s in samples(task, subset, batch_size)]
 
 
 def classify(model, tokens):
