@@ -2,6 +2,7 @@
 ``--head-selection``, the exploration schedule, ...) and the one place they are checked."""
 
 import enum
+import math
 from dataclasses import dataclass, field, fields
 from typing import List, Optional
 
@@ -89,6 +90,17 @@ class BudgetConfig(FairseqDataclass):
             "indices, layers separated by ';' (e.g. '0,3,5;1,2;...')"
         },
     )
+    relevance_prior: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "for --head-selection learned: per-layer head scores the relevance "
+            "starts from (e.g. a dense model's head importance: "
+            "scripts/head_importance.py), H comma-separated numbers per layer, layers "
+            "separated by ';'. Each layer's relevance bias starts at its scores "
+            "standardised (zero mean, unit std), so that the first choices are the "
+            "best-scored heads and what depends on the input is learned on top"
+        },
+    )
     # The exploration schedule: a function of the update number, which fairseq hands
     # the model (set_num_updates) and restores on resume.
     exploration_updates: int = field(
@@ -153,6 +165,10 @@ class BudgetConfig(FairseqDataclass):
                     "unset unless --head-selection is static or random", self.fixed_heads)
         if self.head_selection != "kept":
             require(self.kept_heads is None, "kept_heads", "unset unless --head-selection is kept", self.kept_heads)
+        if self.relevance_prior is not None:
+            require(self.head_selection == "learned", "relevance_prior", "unset unless --head-selection is learned",
+                    self.relevance_prior)
+            self.relevance_prior_per_layer(num_layers, num_heads)
         self.heads_per_layer(num_layers, num_heads)
         require(self.exploration_updates >= 0, "exploration_updates", ">= 0", self.exploration_updates)
         require(self.exploration_noise >= 0, "exploration_noise", ">= 0", self.exploration_noise)
@@ -181,6 +197,21 @@ class BudgetConfig(FairseqDataclass):
             self.fixed_heads,
         )
         return values
+
+    def relevance_prior_per_layer(self, num_layers: int, num_heads: int) -> List[List[float]]:
+        """--relevance-prior '0.1,0.5,...;...' -> each layer's H scores."""
+        try:
+            layers = [[float(v) for v in layer.split(",")] for layer in str(self.relevance_prior).split(";")]
+        except ValueError:
+            layers = []
+        require(
+            len(layers) == num_layers and all(len(scores) == num_heads for scores in layers)
+            and all(math.isfinite(v) for scores in layers for v in scores),
+            "relevance_prior",
+            f"{num_layers} ';'-separated lists (one per layer) of {num_heads} comma-separated finite numbers",
+            self.relevance_prior,
+        )
+        return layers
 
     def kept_heads_per_layer(self, num_layers: int, num_heads: int) -> List[List[int]]:
         """--kept-heads '0,3,5;1,2;...' -> each layer's heads (ascending, distinct)."""

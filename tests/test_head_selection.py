@@ -133,3 +133,33 @@ def test_kept_heads_run_for_every_input_and_nothing_else():
 def test_kept_heads_are_checked(options, message):
     with pytest.raises(ValueError, match=message):
         build_model(**options)
+
+
+def test_relevance_prior_sets_the_first_choices_and_survives_fairseqs_init():
+    """--relevance-prior (e.g. a dense model's head importance): each layer's relevance
+    starts at its scores, standardised, so the best-scored heads run first for every
+    input until the router learns otherwise; the router's bias holds it, so a trained
+    checkpoint needs no prior to load."""
+    model = build_model(relevance_prior="0,1,5,2;3,0,0,1", initial_budget=2.0, router_scale=10.0).eval()
+    _, extra = model(random_tokens(), features_only=True)
+    for layer, want in zip(extra["budget"], ([2, 3], [0, 3])):
+        assert layer["heads"].eq(2).all()
+        assert all(row.nonzero().flatten().tolist() == want for row in layer["selected"])
+    router = next(model.budgeted_attentions()).router
+    scores = torch.tensor([0.0, 1, 5, 2])
+    assert torch.allclose(router.relevance_proj.bias * 10.0, (scores - scores.mean()) / scores.std())
+    # the rest of the router as without a prior: an input-dependent part learned on top
+    plain = next(build_model(initial_budget=2.0, router_scale=10.0).budgeted_attentions()).router
+    assert router.relevance_proj.weight.std().item() == pytest.approx(plain.relevance_proj.weight.std().item(), rel=0.3)
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(relevance_prior="0,1,2,3"), r"--relevance-prior must be 2 ';'-separated lists .* of 4 comma-separated"),
+    (dict(relevance_prior="0,1,2;0,1,2,3"), "of 4 comma-separated finite numbers"),
+    (dict(relevance_prior="0,1,2,nan;0,1,2,3"), "finite numbers"),
+    (dict(relevance_prior="0,1,2,3;0,1,2,3", head_selection="static", fixed_heads="2"),
+     "--relevance-prior must be unset unless --head-selection is learned"),
+])
+def test_relevance_prior_is_checked(options, message):
+    with pytest.raises(ValueError, match=message):
+        build_model(**options)

@@ -42,6 +42,10 @@ class BudgetTransformerEncoder(TransformerEncoder):
             kept = budget.kept_heads_per_layer(args.encoder_layers, args.encoder_attention_heads)
             for layer, heads in zip(self.layers, kept):
                 layer.self_attn.router.keep(heads)
+        if budget.relevance_prior is not None:
+            prior = budget.relevance_prior_per_layer(args.encoder_layers, args.encoder_attention_heads)
+            for layer, scores in zip(self.layers, prior):
+                layer.self_attn.router.prefer(scores)
 
     def build_encoder_layer(self, cfg):
         return BudgetedEncoderLayer(TransformerConfig.from_namespace(cfg), self.budget, *next(self.layer_heads))

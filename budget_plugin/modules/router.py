@@ -85,6 +85,7 @@ class HeadRouter(nn.Module):
             self.register_buffer("random_seed", torch.randint(1 << 62, ()))
         if cfg.head_selection == "kept":  # filled by keep(); a buffer, so checkpoints hold it
             self.register_buffer("kept", torch.zeros(num_heads, dtype=torch.bool))
+        self.prior: Optional[Tensor] = None  # prefer(): the relevance bias's start
         self._generator: Optional[torch.Generator] = None
         self.num_updates = 0
         self.forced_heads: Optional[int] = None  # only inside forced()
@@ -102,9 +103,21 @@ class HeadRouter(nn.Module):
         nn.init.normal_(self.relevance_proj.weight, std=0.02 / scale)
         if self.cfg.head_selection == "static":
             nn.init.normal_(self.static_logits, std=0.02 / scale)
-        nn.init.zeros_(self.relevance_proj.bias)
+        if self.prior is None:
+            nn.init.zeros_(self.relevance_proj.bias)
+        else:
+            with torch.no_grad():
+                self.relevance_proj.bias.copy_(self.prior / scale)
         nn.init.zeros_(self.budget_proj.weight)
         nn.init.constant_(self.budget_proj.bias, math.log(fraction / (1 - fraction)) / scale)
+
+    def prefer(self, scores: List[float]):
+        """--relevance-prior: the relevance starts from these head scores, standardised
+        (kept for reset_parameters, which the model calls after fairseq's init)."""
+        scores = torch.tensor(scores, dtype=torch.float)
+        std = scores.std()
+        self.prior = (scores - scores.mean()) / (std if std > 0 else 1.0)
+        self.reset_parameters()
 
     def keep(self, heads: List[int]):
         """--head-selection kept: the heads this layer runs for every input."""

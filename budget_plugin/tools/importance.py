@@ -1,0 +1,81 @@
+"""Head importance of a fine-tuned model (Michel et al. 2019, "Are Sixteen Heads Really
+Better than One?"): the static pruning baseline's choice of heads
+(scripts/head_importance.py, scripts/reproduce.py).
+
+Importance of head h in layer l: the mean over examples of |dL/d xi_lh|, where xi_lh = 1
+multiplies the head's output before the output projection and L is the example's
+cross-entropy; normalised per layer by its L2 norm, as Michel et al.'s code does."""
+
+import argparse
+from pathlib import Path
+from typing import List, Optional
+
+import torch
+import torch.nn.functional as F
+
+from .building import build_model, copy_weights
+from .errors import DataError
+from .measure import load_checkpoint, samples
+
+HEAD = "sentence_classification_head"
+
+
+def all_heads_twin(model):
+    """A BudgetFormer with ``model``'s options and weights, every head on the reference path."""
+    args = argparse.Namespace(**vars(model.args))
+    for key in ("head_selection", "fixed_heads", "kept_heads", "min_heads", "initial_budget"):
+        vars(args).pop(key, None)
+    args.attention_path = "reference"
+    vocab = model.encoder.sentence_encoder.embed_tokens.num_embeddings
+    classes = model.classification_heads[HEAD].out_proj.out_features
+    twin = build_model("budgetformer", vocab, args=args, num_classes=classes)
+    copy_weights(model.state_dict(), twin, classification_heads=True)
+    return twin.eval()
+
+
+def head_importance(checkpoint: Path, data: Path, split: str, batch_size: int,
+                    max_examples: Optional[int] = None) -> torch.Tensor:
+    """L x H importance over the split's examples (with ``max_examples``: its first
+    batches holding at least that many)."""
+    model, task = load_checkpoint(checkpoint, data)
+    twin = all_heads_twin(model)
+    attentions = list(twin.budgeted_attentions())
+    H = attentions[0].num_heads
+    gates: List[torch.Tensor] = []
+
+    def gate_heads(module, inputs):  # out_proj's input: T x B x (H*d), the heads side by side
+        (x,) = inputs
+        gate = torch.ones(x.size(1), H, requires_grad=True)
+        gates.append(gate)
+        return (x * gate.to(x).repeat_interleave(x.size(-1) // H, dim=1),)
+
+    hooks = [a.out_proj.register_forward_pre_hook(gate_heads) for a in attentions]
+    total, examples = torch.zeros(len(attentions), H), 0
+    try:
+        with twin.forced_heads(H):
+            for sample in samples(task, split, batch_size):
+                gates.clear()
+                logits, _ = twin(sample["net_input"]["src_tokens"], classification_head_name=HEAD)
+                loss = F.cross_entropy(logits.float(), sample["target"].view(-1), reduction="sum")
+                grads = torch.autograd.grad(loss, gates)
+                total += torch.stack([g.abs().sum(dim=0) for g in grads])
+                examples += logits.size(0)
+                if max_examples and examples >= max_examples:
+                    break
+    finally:
+        for hook in hooks:
+            hook.remove()
+    if not examples:
+        raise DataError(f"{data}: split '{split}' has no examples")
+    importance = total / examples
+    return importance / importance.norm(dim=1, keepdim=True).clamp_min(1e-20)
+
+
+def kept_heads(importance: torch.Tensor, heads_per_layer: List[int]) -> List[List[int]]:
+    """Each layer's most important heads, ascending."""
+    return [sorted(row.argsort(descending=True)[:k].tolist()) for row, k in zip(importance, heads_per_layer)]
+
+
+def kept_heads_option(kept: List[List[int]]) -> str:
+    """``--kept-heads``'s value: a layer's heads comma-separated, layers separated by ';'."""
+    return ";".join(",".join(map(str, heads)) for heads in kept)
