@@ -264,6 +264,7 @@ def train_all(cfg) -> None:
             for r in [] if late else plan(cfg):
                 if len(pending) >= cfg.jobs:
                     break
+                # a fixed baseline's record counts only with the budget it copies: train() checks
                 if r in started or finished(r, cfg) and r.system not in FIXED:
                     continue
                 if all(p is not None and finished(p, cfg) for p in prerequisites(r, cfg)):
