@@ -331,11 +331,11 @@ def spread(heads: torch.Tensor, targets: torch.Tensor, labels: List[str]) -> dic
 
 def rows_of(cfg) -> List[dict]:
     """A row per finished run: its record, and its measurements once its group has them."""
-    rows = []
+    rows, runs = [], plan(cfg)
     for dataset in cfg.datasets:
         for seed in cfg.seeds:
             group = measure_group(dataset, seed, cfg) if cfg.measure else None
-            for r in plan(cfg):
+            for r in runs:
                 record = finished(r, cfg) if (r.dataset, r.seed) == (dataset, seed) else None
                 if record is None:
                     continue
