@@ -34,7 +34,8 @@ fairseq-validate; the record (results/reproduce/DATASET/RUN-seedN.json) is writt
 and atomically, and committed: a run with a record is never trained again. Per data set
 and seed, once all its runs are done: FLOPs (whole model and attention, routers included),
 the heads each test input ran, and CPU latency at batch 1 and 32 against ``dense`` (the
-models interleaved, median of repeats), cached beside the records. Then
+models interleaved, median of repeats), and which heads the learned runs chose per test
+input against the dense model's importance ranking, cached beside the records. Then
 results/reproduce.{md,json} and results/reproduce_accuracy_vs_flops.png, with the
 targets and a paragraph generated from the numbers. Runs not yet done are reported as
 missing; run the script again to go on (``--stop-after`` ends a session cleanly).
@@ -66,7 +67,7 @@ from budget_plugin.tools.binarize import count_binarized  # noqa: E402
 from budget_plugin.tools.fairseq_cli import run as run_command, validate  # noqa: E402
 from budget_plugin.tools.files import atomic_path, write_atomic, write_json  # noqa: E402
 from budget_plugin.tools.importance import kept_heads, kept_heads_option  # noqa: E402
-from budget_plugin.tools.measure import measure_checkpoints  # noqa: E402
+from budget_plugin.tools.measure import heads_per_input, load_checkpoint, measure_checkpoints, split_batches  # noqa: E402,E501
 from budget_plugin.tools.study import cached_record, heads_per_layer, log, mean_std, num_classes, parse_updates  # noqa: E402,E501
 from budget_plugin.tools.timing import machine_info  # noqa: E402
 
@@ -326,6 +327,47 @@ def spread(heads: torch.Tensor, targets: torch.Tensor, labels: List[str]) -> dic
     return {"per_layer": per_layer, "per_class": per_class}
 
 
+def which_heads(dataset: str, seed: int, cfg) -> Optional[dict]:
+    """Which heads the learned runs of a data set and seed chose for each test input,
+    against the dense model's head importance (cached; redone when a record changed).
+    None until the learned runs and the dense one are all done."""
+    runs = [r for r in plan(cfg) if (r.dataset, r.seed) == (dataset, seed) and r.system in LEARNED]
+    records = {r.name: finished(r, cfg) for r in runs + [Run(dataset, "dense", seed)]}
+    if len(runs) < len(LEARNED) + 1 or None in records.values():
+        return None
+    stamp = {name: record["finished"] for name, record in records.items()}
+    path = cfg.records / dataset / f"heads-seed{seed}.json"
+    if path.exists() and json.loads(path.read_text())["finished"] == stamp:
+        return json.loads(path.read_text())
+    log(f"{dataset} seed {seed}: the heads {len(runs)} learned runs chose per test input")
+    chosen = {}
+    for r in runs:
+        model, task = load_checkpoint(r.checkpoints(cfg) / "checkpoint_best.pt", data_of(r, cfg))
+        selected, _ = heads_per_input(model, split_batches(task, 32))
+        chosen[r.name] = head_sets(selected, records["dense"]["importance"])
+    group = {"finished": stamp, "runs": chosen}
+    write_json(path, group)
+    return group
+
+
+def head_sets(selected: torch.Tensor, importance: List[List[float]]) -> List[dict]:
+    """Per layer, from N x L x H selections: the share of inputs that ran the layer's most
+    common head set, the number of distinct sets, how often each head ran, and how far
+    the choice agrees with the importance ranking: the share of an input's k heads that
+    are among the layer's k most important (``chance``: k / H, what random heads get)."""
+    layers = []
+    for sel, scores in zip(selected.transpose(0, 1), importance):
+        _, counts = torch.unique(sel, dim=0, return_counts=True)
+        k = sel.sum(-1)
+        rank = torch.tensor(scores).argsort(descending=True).argsort()  # 0: the most important head
+        top_k = rank.unsqueeze(0) < k.unsqueeze(1)
+        layers.append({"share_at_modal_set": counts.max().item() / len(sel), "distinct_sets": len(counts),
+                       "use": sel.float().mean(0).tolist(),
+                       "importance_agreement": ((sel & top_k).sum(-1) / k.clamp(min=1)).mean().item(),
+                       "chance": (k / sel.size(-1)).float().mean().item()})
+    return layers
+
+
 # ----------------------------------------------------------------- reporting
 
 
@@ -335,6 +377,7 @@ def rows_of(cfg) -> List[dict]:
     for dataset in cfg.datasets:
         for seed in cfg.seeds:
             group = measure_group(dataset, seed, cfg) if cfg.measure else None
+            chosen = which_heads(dataset, seed, cfg) if group else None
             for r in runs:
                 record = finished(r, cfg) if (r.dataset, r.seed) == (dataset, seed) else None
                 if record is None:
@@ -348,6 +391,8 @@ def rows_of(cfg) -> List[dict]:
                                attn_flops_ratio=mine["attn_flops"] / dense["attn_flops"],
                                latency_b1_ratio=mine["latency_b1_ms"] / dense["latency_b1_ms"],
                                latency_b32_ratio=mine["latency_b32_ms"] / dense["latency_b32_ms"])
+                if chosen and r.name in chosen["runs"]:
+                    row["head_sets"] = chosen["runs"][r.name]
                 rows.append(row)
     return rows
 
@@ -438,6 +483,27 @@ def pooled_spread(rows: List[dict], dataset: str, name: str) -> Optional[dict]:
     return {"per_layer": per_layer, "per_class": per_class, "seeds": len(spreads)}
 
 
+def pooled_head_sets(rows: List[dict], dataset: str, name: str) -> Optional[dict]:
+    """A learned run's head choice per layer (``head_sets``), averaged over its seeds."""
+    found = [r["head_sets"] for r in rows if r["dataset"] == dataset and r["name"] == name and "head_sets" in r]
+    if not found:
+        return None
+    keys = ("share_at_modal_set", "distinct_sets", "importance_agreement", "chance")
+    per_layer = [{key: statistics.mean(seed[i][key] for seed in found) for key in keys}
+                 | {"use": [statistics.mean(u) for u in zip(*(seed[i]["use"] for seed in found))]}
+                 for i in range(len(found[0]))]
+    return {"per_layer": per_layer, "seeds": len(found)}
+
+
+def head_sets_finding(sets: dict) -> str:
+    share = [layer["share_at_modal_set"] for layer in sets["per_layer"]]
+    agree = [layer["importance_agreement"] for layer in sets["per_layer"]]
+    chance = statistics.mean(layer["chance"] for layer in sets["per_layer"])
+    return (f"{min(share):.0%}-{max(share):.0%} of test inputs run their layer's most common head set; "
+            f"their heads agree {min(agree):.2f}-{max(agree):.2f} with the dense model's importance ranking "
+            f"(chance {chance:.2f})")
+
+
 def spread_finding(spread_: dict) -> str:
     stds = [layer["std"] for layer in spread_["per_layer"]]
     classes = spread_["per_class"].values()
@@ -447,7 +513,7 @@ def spread_finding(spread_: dict) -> str:
             f"largest gap between class means in a layer {class_gap:.2f} heads")
 
 
-def paragraph(summary: dict, found: List[dict], spreads: dict, compute_s: float, cfg) -> str:
+def paragraph(summary: dict, found: List[dict], spreads: dict, sets: dict, compute_s: float, cfg) -> str:
     verdict = {True: "holds", False: "is missed", None: "is pending"}
     runs = sum(len(s["seeds"]) for systems in summary.values() for s in systems.values())
     text = [f"{runs} runs finished ({len(cfg.seeds)} seeds planned per system); their training took "
@@ -455,7 +521,8 @@ def paragraph(summary: dict, found: List[dict], spreads: dict, compute_s: float,
     for t in found:
         text.append(f"{t['dataset']}: \"{t['target']}\" {verdict[t['held']]} ({t['detail']}).")
     for (dataset, name), spread_ in spreads.items():
-        text.append(f"{dataset}, {name}: {spread_finding(spread_)}.")
+        text.append(f"{dataset}, {name}: {spread_finding(spread_)}"
+                    + (f"; {head_sets_finding(sets[dataset, name])}." if (dataset, name) in sets else "."))
     return " ".join(text)
 
 
@@ -485,7 +552,21 @@ def other_runs_table(others: List[dict]) -> str:
     return "\n".join(lines + [""])
 
 
-def markdown(summary: dict, spreads: dict, found: List[dict], text: str, cfg) -> str:
+def head_sets_table(sets: dict) -> List[str]:
+    lines = ["### Which heads the learned runs chose (test inputs, mean over seeds)", "",
+             "Per layer: the share of inputs that ran the layer's most common head set, and the "
+             "agreement of an input's k heads with the layer's k most important (the dense model's "
+             "importance; chance k/H in brackets).", "",
+             "| data set | run | seeds | inputs at the most common set, per layer | agreement with importance, "
+             "per layer |", "|---|---|---|---|---|"]
+    for (dataset, name), s in sets.items():
+        share = " ".join(f"{layer['share_at_modal_set']:.2f}" for layer in s["per_layer"])
+        agree = " ".join(f"{layer['importance_agreement']:.2f} ({layer['chance']:.2f})" for layer in s["per_layer"])
+        lines.append(f"| {dataset} | {name} | {s['seeds']} | {share} | {agree} |")
+    return lines + [""]
+
+
+def markdown(summary: dict, spreads: dict, sets: dict, found: List[dict], text: str, cfg) -> str:
     trials = cfg.records / "trials.json"
     lines = trials_table(json.loads(trials.read_text())) if trials.exists() else []
     for dataset, systems in summary.items():
@@ -517,6 +598,7 @@ def markdown(summary: dict, spreads: dict, found: List[dict], text: str, cfg) ->
             lines.append(f"| {i} | {layer['mean']:.2f} | {layer['std']:.2f} | {layer['min']} | {layer['max']} "
                          f"| {layer['share_at_mode']:.2f} | {by_class} |")
         lines.append("")
+    lines += head_sets_table(sets) if sets else []
     lines += ["### Targets", "", "| data set | target | held | numbers |", "|---|---|---|---|"]
     for t in found:
         held = {True: "yes", False: "**no**", None: "pending"}[t["held"]]
@@ -563,11 +645,13 @@ def report(cfg) -> None:
     found = targets(summary, cfg)
     spreads = {(d, name): s for d in cfg.datasets for name in dict.fromkeys(r["name"] for r in rows)
                if name.split("-")[0] in LEARNED and (s := pooled_spread(rows, d, name))}
+    sets = {(d, name): s for d in cfg.datasets for name in dict.fromkeys(r["name"] for r in rows)
+            if (s := pooled_head_sets(rows, d, name))}
     planned = {r.record(cfg) for r in plan(cfg)}
     others = [json.loads(path.read_text()) for path in sorted(cfg.records.glob("*/*-seed*.json"))
-              if path not in planned and not path.name.startswith("measured")]
+              if path not in planned and not path.name.startswith(("measured", "heads"))]
     compute = sum(r["train_wall_s"] for r in rows + others) / cfg.jobs
-    text = paragraph(summary, found, spreads, compute, cfg)
+    text = paragraph(summary, found, spreads, sets, compute, cfg)
     figure = plot(rows, cfg, cfg.out_dir / "reproduce_accuracy_vs_flops.png")
     write_json(cfg.out_dir / "reproduce.json", {
         "config": {"datasets": cfg.datasets, "seeds": cfg.seeds, "updates": cfg.updates, "lr": cfg.lr,
@@ -576,9 +660,10 @@ def report(cfg) -> None:
                               f"{cfg.latency_batches} test batches; median of {cfg.latency_repeats} interleaved rounds",
                    **machine_info(torch.device("cpu"))},
         "choice_at_lower_ratio": {d: choice(d, cfg) for d in cfg.datasets}, "summary": summary,
-        "spread": {f"{d}/{name}": s for (d, name), s in spreads.items()}, "targets": found, "paragraph": text,
+        "spread": {f"{d}/{name}": s for (d, name), s in spreads.items()},
+        "head_sets": {f"{d}/{name}": s for (d, name), s in sets.items()}, "targets": found, "paragraph": text,
         "runs": rows, "other_runs": others, "plot": str(figure) if figure else None})
-    table = markdown(summary, spreads, found, text, cfg) + other_runs_table(others)
+    table = markdown(summary, spreads, sets, found, text, cfg) + other_runs_table(others)
     write_atomic(cfg.out_dir / "reproduce.md", table)
     print("\n" + table)
     log(f"written {cfg.out_dir / 'reproduce.md'}, {cfg.out_dir / 'reproduce.json'}" + (f", {figure}" if figure else ""))

@@ -164,6 +164,14 @@ def test_summary_spread_targets_plot_and_report(study):
         assert len(spread["per_layer"]) == 2 and set(spread["per_class"]) == {"pos", "neg"}
         for layer in spread["per_layer"]:
             assert 1 <= layer["min"] <= layer["mean"] <= layer["max"] <= 4 and layer["std"] >= 0
+    assert set(report["head_sets"]) == set(report["spread"])
+    for key, sets in report["head_sets"].items():
+        for layer, counted in zip(sets["per_layer"], report["spread"][key]["per_layer"]):
+            # the same inputs through the same model: how often each head ran adds up to the mean budget
+            assert sum(layer["use"]) == pytest.approx(counted["mean"])
+            assert 0 < layer["share_at_modal_set"] <= 1 and 1 <= layer["distinct_sets"] <= N_TEST
+            assert 0 <= layer["importance_agreement"] <= 1 and layer["chance"] == pytest.approx(counted["mean"] / 4)
+    assert "agree" in report["paragraph"]
     assert len(report["targets"]) == 4  # two budgets, the static baselines, and over all data sets
     assert all(t["held"] in (True, False) for t in report["targets"])  # nothing pending: the seed is done
     markdown = (root / "results" / "reproduce.md").read_text()
@@ -176,18 +184,30 @@ def test_summary_spread_targets_plot_and_report(study):
 def test_a_second_run_trains_scores_and_measures_nothing(study, monkeypatch):
     root, argv, report, _ = study
     records = sorted((root / "results" / "reproduce" / "TOY").glob("*.json"))
-    assert len(records) == 12  # eleven runs and their measurements
+    assert len(records) == 13  # eleven runs, their measurements, the heads the learned ones chose
     before = [p.stat().st_mtime_ns for p in records]
 
     def refuse(*args, **kwargs):
         raise AssertionError("reproduce.py trained, scored or measured again what is done")
 
-    for name in ("run_command", "validate", "measure_checkpoints"):
+    for name in ("run_command", "validate", "measure_checkpoints", "load_checkpoint"):
         monkeypatch.setattr(reproduce, name, refuse)
     main_output(argv)
     assert [p.stat().st_mtime_ns for p in records] == before
     again = json.loads((root / "results" / "reproduce.json").read_text())
     assert again["runs"] == report["runs"]
+
+
+def test_head_sets_count_the_common_set_and_the_agreement_with_importance():
+    # one layer, four heads ranked 0 > 1 > 2 > 3 by importance; four inputs ran
+    # {0, 1}, {0, 1}, {0, 2} and {3}
+    selected = torch.tensor([[1, 1, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [0, 0, 0, 1]], dtype=torch.bool)
+    (layer,) = reproduce.head_sets(selected.unsqueeze(1), [[0.4, 0.3, 0.2, 0.1]])
+    assert layer["share_at_modal_set"] == 0.5 and layer["distinct_sets"] == 3
+    assert layer["use"] == [0.75, 0.5, 0.25, 0.25]
+    # the share of each input's k heads among the k most important: 1, 1, 1/2 and 0
+    assert layer["importance_agreement"] == pytest.approx(0.625)
+    assert layer["chance"] == pytest.approx((3 * 2 / 4 + 1 / 4) / 4)
 
 
 def test_bad_options_name_what_is_wrong(tmp_path, capsys):

@@ -67,13 +67,13 @@ def latencies(models, batches: Sequence[Batch], repeats: int) -> List[float]:
 
 @torch.no_grad()
 def heads_per_input(model, batches: Sequence[Batch]) -> Tuple[torch.Tensor, torch.Tensor]:
-    """N x L heads run, N gold classes."""
-    heads, targets = [], []
+    """N x L x H: the heads each input ran (bool); N gold classes."""
+    selected, targets = [], []
     for tokens, target in batches:
         _, extra = model(tokens, features_only=True)
-        heads.append(torch.stack([layer["heads"] for layer in extra["budget"]], dim=1))
+        selected.append(torch.stack([layer["selected"] for layer in extra["budget"]], dim=1))
         targets.append(target)
-    return torch.cat(heads), torch.cat(targets)
+    return torch.cat(selected), torch.cat(targets)
 
 
 def measure_checkpoints(checkpoints: Dict[str, Path], data: Path, repeats: int, singles: int = 64,
@@ -96,5 +96,6 @@ def measure_checkpoints(checkpoints: Dict[str, Path], data: Path, repeats: int, 
         flops = count_flops(model, batches)
         found[name].update(model_flops=flops.total, attn_flops=flops.attention)
         if hasattr(model, "budgeted_attentions"):
-            found[name]["heads"], found[name]["targets"] = heads_per_input(model, batches)
+            selected, found[name]["targets"] = heads_per_input(model, batches)
+            found[name]["heads"] = selected.sum(-1)
     return found
