@@ -282,6 +282,16 @@ def train_all(cfg) -> None:
 # ----------------------------------------------------------------- measuring
 
 
+def stamp_of(records: Dict[str, dict]) -> Dict[str, str]:
+    """When each record was written: a cached group is valid for these records only."""
+    return {name: record["finished"] for name, record in records.items()}
+
+
+def cached_group(path: Path, stamp: Dict[str, str]) -> Optional[dict]:
+    group = json.loads(path.read_text()) if path.exists() else None
+    return group if group and group["finished"] == stamp else None
+
+
 def measure_group(dataset: str, seed: int, cfg) -> Optional[dict]:
     """FLOPs, heads per test input and CPU latency of a data set and seed's runs side by
     side (cached; redone when a run's record changed). None until every run is done."""
@@ -289,10 +299,9 @@ def measure_group(dataset: str, seed: int, cfg) -> Optional[dict]:
     records = {r.name: finished(r, cfg) for r in runs}
     if len(runs) < 2 + len(LEARNED) + 2 * len(FIXED) or None in records.values():
         return None
-    stamp = {name: record["finished"] for name, record in records.items()}
-    path = cfg.records / dataset / f"measured-seed{seed}.json"
-    if path.exists() and json.loads(path.read_text())["finished"] == stamp:
-        return json.loads(path.read_text())
+    path, stamp = cfg.records / dataset / f"measured-seed{seed}.json", stamp_of(records)
+    if (group := cached_group(path, stamp)) is not None:
+        return group
     log(f"{dataset} seed {seed}: FLOPs, heads and latency of {len(runs)} checkpoints side by side")
     found = measure_checkpoints({r.name: r.checkpoints(cfg) / "checkpoint_best.pt" for r in runs},
                                 cfg.data_dir / f"{dataset}-bin", cfg.latency_repeats, singles=cfg.latency_examples,
@@ -335,10 +344,9 @@ def which_heads(dataset: str, seed: int, cfg) -> Optional[dict]:
     records = {r.name: finished(r, cfg) for r in runs + [Run(dataset, "dense", seed)]}
     if len(runs) < len(LEARNED) + 1 or None in records.values():
         return None
-    stamp = {name: record["finished"] for name, record in records.items()}
-    path = cfg.records / dataset / f"heads-seed{seed}.json"
-    if path.exists() and json.loads(path.read_text())["finished"] == stamp:
-        return json.loads(path.read_text())
+    path, stamp = cfg.records / dataset / f"heads-seed{seed}.json", stamp_of(records)
+    if (group := cached_group(path, stamp)) is not None:
+        return group
     log(f"{dataset} seed {seed}: the heads {len(runs)} learned runs chose per test input")
     chosen = {}
     for r in runs:
@@ -443,9 +451,11 @@ def targets(summary: dict, cfg) -> List[dict]:
                 add(dataset, target, None, "pending: runs not done")
                 continue
             gap = learned["test_accuracy_mean"] - dense["test_accuracy_mean"]
-            add(dataset, target, gap >= -slack and learned["head_ratio"] <= ratio + 1e-9,
+            over = learned["head_ratio"] > ratio + 1e-9  # on test: the budget is learned, not imposed
+            add(dataset, target, gap >= -slack and not over,
                 f"{learned['test_accuracy_mean']:.2f} vs {dense['test_accuracy_mean']:.2f} ({gap:+.2f} points) at "
-                f"head ratio {learned['head_ratio']:.3f}, model FLOPs ratio {learned['flops_ratio']:.3f}")
+                f"head ratio {learned['head_ratio']:.3f}{f' (over {ratio})' if over else ''}, model FLOPs ratio "
+                f"{learned['flops_ratio']:.3f}")
         learned = systems.get(f"{chosen}-{RATIOS[1]}")
         fixed = [systems.get(f"{system}-{RATIOS[1]}") for system in FIXED]
         target = f"at {RATIOS[1]}: beats the best static baseline by >= 0.5 points (never worse by > 1 seed std)"
