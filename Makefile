@@ -4,14 +4,21 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
+TORCH_PIP_ARGS ?=
 
 .PHONY: setup test test-fast demo clean
 
 $(VENV)/.installed: setup.py
+	@# fairseq-fixed 0.12.3.1 is built and tested here on Python 3.11 only; on other
+	@# versions its compiled extensions or pinned wheels may be missing: say so up front
+	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if v == (3, 11) else \
+		"error: make setup needs Python 3.11 (found %d.%d at %s); run it with PYTHON=python3.11" % (*v, sys.executable))'
+	@command -v $${CXX:-c++} >/dev/null || { echo "error: make setup needs a C/C++ compiler (fairseq's extensions are compiled): apt-get install build-essential"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	# 1. torch first, pinned: unpinned it pulls a multi-GB CUDA build.
-	$(PIP) install torch==2.13.0 numpy cython setuptools wheel
+	# 1. torch first, pinned to a version; the pin does not pick the build: which wheel
+	#    comes is the package index's choice (TORCH_PIP_ARGS: e.g. --index-url of a CPU index)
+	$(PIP) install $(TORCH_PIP_ARGS) torch==2.13.0 numpy cython setuptools wheel
 	# 2. fairseq-fixed compiled against that torch (~3 min); with build isolation
 	#    its build would download another torch.
 	$(PIP) install --no-build-isolation fairseq-fixed==0.12.3.1

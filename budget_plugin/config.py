@@ -1,6 +1,7 @@
 """The options of BudgetFormer's attention (model options: ``--min-heads``,
 ``--head-selection``, the exploration schedule, ...) and the one place they are checked."""
 
+import argparse
 import enum
 import math
 from dataclasses import dataclass, field, fields
@@ -11,8 +12,13 @@ from fairseq.utils import safe_getattr
 
 POOLING_CHOICES = ChoiceEnum(["mean", "first"])
 ATTENTION_PATH_CHOICES = ChoiceEnum(["fast", "reference"])
-HEAD_SELECTION_CHOICES = ChoiceEnum(["learned", "static", "random", "kept"])
+HEAD_SELECTION_CHOICES = ChoiceEnum(["learned", "nested", "static", "random", "kept"])
 SCHEDULE_CHOICES = ChoiceEnum(["linear", "cosine"])
+
+
+# Options whose default changed after checkpoints were saved without them: the value
+# such a checkpoint was trained and computes with (see BudgetConfig.fill_args)
+SAVED_BEFORE = {"router_scale": 1.0}  # issue 25 made 10 the default
 
 
 def require(ok: bool, option: str, allowed: str, value):
@@ -39,25 +45,30 @@ class BudgetConfig(FairseqDataclass):
         default=0.5,
         metadata={
             "help": "temperature t of the soft head-count mask "
-            "sigmoid((b - rank - 0.5) / t) that carries the task gradient to the budget"
+            "sigmoid((b - rank - 0.5) / t) that carries the task gradient to the budget "
+            "('learned' and 'nested')"
         },
     )
     router_scale: float = field(
-        default=1.0,
+        default=10.0,
         metadata={
             "help": "multiplier s on the router's logits (budget, relevance, static): "
             "b = m + (H - m) sigmoid(s (w_b . s + c_b)), p = softmax(s W_r x / tau). "
             "Adam moves a parameter by about the learning rate per update, so at a "
-            "fine-tuning rate (1e-5 to 1e-4) the router would barely move in a few hundred "
-            "updates; s > 1 moves its logits s times faster. 1: the plain parametrization"
+            "fine-tuning rate (1e-5 to 1e-4) a plain router (s = 1) barely moves in an "
+            "epoch; s = 10 (the default, the study's and recipe's choice) moves its logits "
+            "10x faster than the pretrained weights"
         },
     )
     initial_budget: Optional[float] = field(
         default=None,
         metadata={
-            "help": "budget b (in heads) the predictor starts at; default H - 0.25, "
-            "which rounds to H: training (and a warm start from RoBERTa) begins at "
-            "full attention"
+            "help": "budget b (in heads) the predictor starts at. Default: the budget "
+            "term's target, --target-head-ratio x H, which fairseq-train hands the model "
+            "with the criterion's options (so training starts at the budget it is asked "
+            "for and the budget term holds it there); without a target (another "
+            "criterion, or a hydra config's model section), H - 0.25, which rounds to "
+            "every head (a warm start then computes what the pretrained model computes)"
         },
     )
     attention_path: ATTENTION_PATH_CHOICES = field(
@@ -70,9 +81,14 @@ class BudgetConfig(FairseqDataclass):
     head_selection: HEAD_SELECTION_CHOICES = field(
         default="learned",
         metadata={
-            "help": "'learned': BudgetFormer's per-input budget and relevance. Baselines "
-            "with a fixed budget (--fixed-heads): 'static' learns one head subset per "
-            "layer shared by every input; 'random' draws each input's heads uniformly"
+            "help": "'learned': BudgetFormer's per-input budget and relevance. 'nested': "
+            "the per-input budget alone, each input running the first k heads of every "
+            "layer (for a checkpoint whose heads are ordered by importance: "
+            "budget_plugin/tools/reorder.py), so one model serves every budget and a "
+            "prefix runs on views of the weights. Baselines with a fixed budget "
+            "(--fixed-heads): 'static' learns one head subset per layer shared by every "
+            "input; 'random' draws each input's heads uniformly; 'kept' runs named heads "
+            "(--kept-heads)"
         },
     )
     fixed_heads: Optional[str] = field(
@@ -107,8 +123,11 @@ class BudgetConfig(FairseqDataclass):
         default=0,
         metadata={
             "help": "updates over which exploration anneals from rate 1 to 0; after "
-            "them head choice is pure top-k exploitation. 0 (the default): no "
-            "exploration, which trained better in this project's study and sweep"
+            "them head choice is pure top-k exploitation. 0 (the default): OFF, no "
+            "exploration: in this project's from-scratch study and sweep the schedule "
+            "trained worse than none, so the other --exploration-* options and "
+            "--temperature-start are refused unless this is > 0 (and all of them, this "
+            "one too, with --head-selection nested: a fixed order has nothing to explore)"
         },
     )
     exploration_schedule: SCHEDULE_CHOICES = field(
@@ -138,13 +157,42 @@ class BudgetConfig(FairseqDataclass):
         metadata={"help": "softmax temperature at rate 0, and at evaluation"},
     )
 
+    @property
+    def predicts_budget(self) -> bool:
+        """Whether the router predicts a per-input budget (``budget_proj``)."""
+        return self.head_selection in ("learned", "nested")
+
     @classmethod
     def fill_args(cls, args) -> "BudgetConfig":
         """Give ``args`` (a Namespace or an omegaconf config) every option it lacks,
-        at its default, and return them as a config."""
+        at its default, and return them as a config. A Namespace is a command line
+        (fairseq-train's holds every option), so one that lacks an option whose
+        default has changed is a checkpoint's, saved before the option existed: it
+        gets the value that checkpoint was trained and computed with."""
+        saved = isinstance(args, argparse.Namespace)
         for f in fields(cls):
-            setattr(args, f.name, safe_getattr(args, f.name, f.default))
+            default = SAVED_BEFORE.get(f.name, f.default) if saved else f.default
+            setattr(args, f.name, safe_getattr(args, f.name, default))
         return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+
+    def inert_options(self) -> List[str]:
+        """Options set away from their defaults that do nothing in this mode.
+        (--exploration-updates itself does nothing for 'random' and 'kept' either, but
+        is not refused: the legacy random baseline's checkpoint was trained with it.)"""
+        defaults = type(self)()
+        changed = {f.name for f in fields(self) if getattr(self, f.name) != getattr(defaults, f.name)}
+        inert = set()
+        if self.exploration_updates == 0:  # exploration is off: its shape and noise do nothing
+            inert |= {"exploration_schedule", "exploration_noise", "exploration_uniform", "temperature_start"}
+        if not self.predicts_budget:  # no budget predictor
+            inert |= {"budget_pooling", "budget_mask_temperature", "initial_budget"}
+        if self.head_selection in ("random", "kept"):  # no relevance to explore or soften
+            inert |= {"exploration_schedule", "exploration_noise", "exploration_uniform", "temperature_start",
+                      "temperature_end"}
+        if self.head_selection == "nested":  # a fixed order: no relevance, nothing to explore (no legacy checkpoints)
+            inert |= {"exploration_updates", "exploration_schedule", "exploration_noise", "exploration_uniform",
+                      "temperature_start", "temperature_end"}
+        return sorted(changed & inert)
 
     def check(self, num_layers: int, num_heads: int):
         """Every check of these options, before any module is built."""
@@ -160,7 +208,7 @@ class BudgetConfig(FairseqDataclass):
         if self.initial_budget is not None:
             require(self.min_heads <= self.initial_budget <= num_heads, "initial_budget",
                     f"in [--min-heads, {num_heads}]", self.initial_budget)
-        if self.head_selection in ("learned", "kept"):
+        if self.head_selection in ("learned", "nested", "kept"):
             require(self.fixed_heads is None, "fixed_heads",
                     "unset unless --head-selection is static or random", self.fixed_heads)
         if self.head_selection != "kept":
@@ -175,11 +223,17 @@ class BudgetConfig(FairseqDataclass):
         require(0 <= self.exploration_uniform <= 1, "exploration_uniform", "in [0, 1]", self.exploration_uniform)
         require(self.temperature_start > 0, "temperature_start", "> 0", self.temperature_start)
         require(self.temperature_end > 0, "temperature_end", "> 0", self.temperature_end)
+        for name in self.inert_options():
+            raise ValueError(
+                f"--{name.replace('_', '-')} does nothing with --head-selection {self.head_selection} "
+                f"and --exploration-updates {self.exploration_updates}; leave it unset "
+                "(exploration is off unless --exploration-updates > 0, and 'nested' has no relevance to explore; "
+                "only 'learned' and 'nested' have a budget predictor)")
 
     def heads_per_layer(self, num_layers: int, num_heads: int) -> List[float]:
         """The fixed budget of each layer: '--fixed-heads 3.9' or '4,3.5,4,4' -> one
-        float per layer (every layer at ``num_heads`` for the learned budget)."""
-        if self.head_selection == "learned":
+        float per layer (every layer at ``num_heads`` for a predicted budget)."""
+        if self.predicts_budget:
             return [float(num_heads)] * num_layers
         if self.head_selection == "kept":
             return [float(len(heads)) for heads in self.kept_heads_per_layer(num_layers, num_heads)]

@@ -7,8 +7,11 @@ checkpoints are data, not code, and never half-written.
 config to plain containers before saving, but a legacy (argparse) model such as
 RoBERTa keeps its ``argparse.Namespace`` in ``cfg.model``: that is the one non-builtin
 type in a checkpoint written by ``fairseq-train`` or ``fairseq-hydra-train``
-(tests/test_resume.py checks it). We allow exactly that; the loader's safety stays
-on, so a pickle that would run code is still refused (tests/test_checkpoints.py).
+(tests/test_resume.py checks it). We allow exactly that, and the numpy float that
+fairseq stores as the best score when the best-checkpoint metric is one of GLUE's
+derived metrics (pearson, spearman, acc_and_f1, ...: numpy scalars); the loader's
+safety stays on, so a pickle that would run code is still refused
+(tests/test_checkpoints.py).
 
 **Atomic copies.** fairseq writes a checkpoint atomically (``torch_persistent_save``:
 ``name.pt.tmp``, then a rename), but it writes it once, under the first of its names
@@ -24,9 +27,12 @@ import argparse
 import os
 import shutil
 
+import numpy as np
 import torch
 
-FAIRSEQ_CHECKPOINT_TYPES = [argparse.Namespace]
+# a numpy float pickles as scalar(dtype, bytes): the function that rebuilds it, and the dtype
+NUMPY_FLOAT = [np.float64(0).__reduce__()[0], np.dtype, type(np.dtype("float64"))]
+FAIRSEQ_CHECKPOINT_TYPES = [argparse.Namespace, *NUMPY_FLOAT]
 
 
 def allow_fairseq_checkpoints():

@@ -13,64 +13,50 @@ checkpoint to ``--restore-file`` directly: the model upgrades it the same way).
 """
 
 import argparse
+import logging
+import sys
 from pathlib import Path
 
-import torch
+# before fairseq (imported with the plugin) sets up logging at INFO: errors are one line
+logging.basicConfig(level=logging.WARNING)
 
-from budget_plugin.tools.building import build_model  # registers the model; allow-lists checkpoint types
-from budget_plugin.tools.files import atomic_path
+import torch  # noqa: E402
+
+from budget_plugin.tools.checkpoints import as_budgetformer, read  # noqa: E402
+from budget_plugin.tools.errors import run_cli  # noqa: E402
+from budget_plugin.tools.files import atomic_path  # noqa: E402
 
 
 def convert(state: dict) -> dict:
-    cfg = state.get("cfg") or {}
-    args = cfg.get("model") if isinstance(cfg, dict) else None
-    args = args if args is not None else state.get("args")
-    if args is None or not hasattr(args, "encoder_embed_dim"):
-        raise SystemExit("error: the checkpoint holds no RoBERTa model arguments (cfg.model / args)")
-    if not str(getattr(args, "arch", "roberta")).startswith(("roberta", "budgetformer")):
-        raise SystemExit(f"error: expected a RoBERTa checkpoint, found arch {args.arch!r}")
-    weights = state["model"]
-    vocab = weights["encoder.sentence_encoder.embed_tokens.weight"].size(0)
-    model = build_model("budgetformer", vocab, args=args, _name="budgetformer")  # the same size, every option kept
-    args = model.args
-    for name, head in weights.items():  # keep RoBERTa's classification heads
-        if name.startswith("classification_heads.") and name.endswith(".out_proj.weight"):
-            head_name = name.split(".")[1]
-            model.register_classification_head(
-                head_name, head.size(0), weights[f"classification_heads.{head_name}.dense.weight"].size(0)
-            )
-    converted = dict(weights)
-    model.upgrade_state_dict_named(converted, "")
-    missing, unexpected = model.load_state_dict(converted, strict=False)
-    if missing or unexpected:
-        raise SystemExit(f"error: conversion left missing keys {missing} and unexpected keys {unexpected}")
+    """The checkpoint with a BudgetFormer's options and weights (routers new, at full budget)."""
+    model = as_budgetformer(state)
+    weights, converted = state["model"], model.state_dict()
     new = sorted(set(converted) - set(weights))
     dropped = sorted(set(weights) - set(converted))
     print(f"kept {len(weights) - len(dropped)} RoBERTa tensors unchanged; new (router, full budget): "
           f"{len(new)} ({', '.join(new[:2])}, ...); dropped: {dropped or 'none'}")
-
-    out = dict(state)
-    out["model"] = converted
-    if isinstance(cfg, dict) and cfg.get("model") is not None:
-        out["cfg"] = dict(cfg, model=args)
+    out = dict(state, model=converted)
+    if isinstance(state.get("cfg"), dict) and state["cfg"].get("model") is not None:
+        out["cfg"] = dict(state["cfg"], model=model.args)
     else:
-        out["args"] = args
+        out["args"] = model.args
     return out
 
 
-def main():
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("input", type=Path, help="RoBERTa checkpoint (fairseq format)")
     parser.add_argument("output", type=Path, help="BudgetFormer checkpoint to write")
-    args = parser.parse_args()
-    if not args.input.is_file():
-        raise SystemExit(f"error: {args.input}: no such file")
-    state = torch.load(args.input, map_location="cpu", weights_only=True)
-    converted = convert(state)
-    with atomic_path(args.output) as tmp:  # never a half-written checkpoint
-        torch.save(converted, tmp)
-    print(f"wrote {args.output}")
+    args = parser.parse_args(argv)
+
+    def body():
+        converted = convert(read(args.input))
+        with atomic_path(args.output) as tmp:  # never a half-written checkpoint
+            torch.save(converted, tmp)
+        print(f"wrote {args.output}")
+
+    return run_cli(body)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

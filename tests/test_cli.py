@@ -141,8 +141,9 @@ def test_raising_budget_weight_lowers_heads(single, tmp_path):
 def test_regression(tmp_path):
     data = make_classification_data(tmp_path, n_train=160, n_valid=40, regression=True)
     # the recipe selects regression checkpoints on task_loss (loss includes the budget term)
+    # the budget starts at every head (not at the target), so that the budget term is not 0
     run(train_args(data, tmp_path / "ckpt", "--regression-target", "--best-checkpoint-metric", "task_loss",
-                   num_classes=1, epochs=2))
+                   "--initial-budget", 3.75, num_classes=1, epochs=2))
     metrics = validate(data, tmp_path / "ckpt" / "checkpoint_best.pt")
     assert "accuracy" not in metrics and metrics["loss"] > metrics["task_loss"] > 0 and 0 < metrics["head_ratio"] <= 1
 

@@ -1,4 +1,5 @@
-"""scripts/convert_bert.py and the ``--layernorm-eps`` model option.
+"""scripts/convert_bert.py (budget_plugin.tools.bert_files and bert_conversion behind it)
+and the ``--layernorm-eps`` model option.
 
 A tiny random BERT (config.json, model.safetensors, vocab.txt made here) is converted and
 its fairseq features are compared with a plain-PyTorch BERT forward written here:
@@ -23,7 +24,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from budget_plugin.tools import tiny_bert
+from budget_plugin.tools import bert_conversion, tiny_bert
+from budget_plugin.tools.bert_files import open_input
 from budget_plugin.tools.building import architecture_args, build_model
 from budget_plugin.tools.tiny_bert import SPECIAL_TOKENS, TINY, bert_weights
 from conftest import PLUGIN_DIR, REPO, run
@@ -127,10 +129,11 @@ def convert(source: Path, out: Path, *extra) -> int:
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """A converted tiny BERT: (its folder, its weights, OUT)."""
+    """A tiny BERT converted by the module (as the demo converts): (its folder, its weights, OUT)."""
     root = tmp_path_factory.mktemp("tiny-bert")
     folder = write_bert(root / "bert")
-    assert convert(folder, root / "out") == 0
+    conversion = bert_conversion.convert_to(open_input(folder), root / "out")
+    assert (conversion.geometry.layers, conversion.geometry.heads, conversion.geometry.eps) == (2, 4, 1e-12)
     return folder, bert_weights(), root / "out"
 
 
@@ -359,7 +362,7 @@ def test_a_failure_after_writing_began_leaves_nothing(tmp_path, monkeypatch, cap
             dictionary.add_symbol(line.rsplit(" ", 1)[0])
         return dictionary
 
-    monkeypatch.setattr(convert_bert.Dictionary, "load", staticmethod(lossy_load))
+    monkeypatch.setattr(bert_conversion.Dictionary, "load", staticmethod(lossy_load))
     before = {p.name for p in tmp_path.iterdir()}
     assert convert(tmp_path / "bert", tmp_path / "out") == 2
     assert "vocab.txt: token 'w19' does not survive fairseq's dict.txt format" in capsys.readouterr().err

@@ -90,6 +90,41 @@ def test_two_cpu_processes_equal_one_process_with_the_whole_batch(data, tmp_path
           f"2 processes {double_wall:.1f} s ({training[1]} s)")
 
 
+# Per-layer statistics under --encoder-layerdrop, through fairseq's own reduction: it
+# sums the logging outputs of the --update-freq steps, then all-reduces them across
+# workers by key position, with the keys of each worker's first output.
+LAYERDROP = ("--head-selection", "static", "--fixed-heads", "1,3", "--encoder-layerdrop", 0.5,
+             "--exploration-updates", 0, "--dropout", 0.1, "--batch-size", 8, "--max-update", 8,
+             "--log-interval", 1)  # 4 updates an epoch
+
+
+def per_layer_heads(output):
+    """Every train_inner line's and every epoch summary's metrics."""
+    logged = [parse_metrics(line) for line in output.splitlines() if "train_inner" in line or "| train | epoch" in line]
+    assert len(logged) == 10, output[-3000:]  # 8 updates, 2 epochs
+    return logged
+
+
+@pytest.mark.slow
+def test_layerdrop_statistics_survive_two_workers_and_update_freq(data, tmp_path):
+    """Two processes with --update-freq 2 log every layer's heads under its own name, as
+    one process over the same batches (--update-freq 4) does. Static budgets fix each
+    layer's heads (1 and 3), so a sum under the wrong layer shows as another value, a
+    dropped one as a missing key. fairseq seeds every process alike, but on CPU dropout
+    draws as many numbers as a batch has elements, so processes whose batches differ in
+    length skip different layers, as they do in real jobs."""
+    single = per_layer_heads(run(train_args(data, tmp_path / "one", *LAYERDROP, "--update-freq", 4)))
+    args = train_args(data, tmp_path / "two", *LAYERDROP, "--update-freq", 2, *CPU_DDP)
+    double = per_layer_heads(torchrun(2, ["--no-python", "sh", "-c", PER_RANK, BIN / "fairseq-train", *args[1:]]))
+
+    for logged in (single, double):
+        layers = [{k: v for k, v in line.items() if k.startswith("heads_l")} for line in logged]
+        assert all(set(line.items()) <= {("heads_l0", 1.0), ("heads_l1", 3.0)} for line in layers), layers
+        assert layers[4] == layers[9] == {"heads_l0": 1.0, "heads_l1": 3.0}  # the epochs': every layer ran
+        assert any(line["heads"] != 2.0 for line in logged)  # layers were skipped (else heads = (1 + 3) / 2)
+    assert [line["bsz"] for line in double] == [line["bsz"] for line in single]  # the same batches
+
+
 # Real torch DDP (the reducer fairseq's --ddp-backend c10d uses, here on CPU with gloo)
 # around the real model and criterion: examples and processes that select different
 # heads leave no budgeted-attention parameter unused; only RoBERTa's LM head is.

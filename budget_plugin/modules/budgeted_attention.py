@@ -1,9 +1,10 @@
 """Budgeted multi-head self-attention: fairseq's MultiheadAttention whose every call
 runs the heads its router chose for each input (router.py), computing only those at
-inference (head_subset.py on CPU, gpu_heads.py on a GPU) and all of them, gated, in
+inference (a prefix of the heads, ``--head-selection nested``: prefix_heads.py; any
+subset: head_subset.py on CPU, gpu_heads.py on a GPU) and all of them, gated, in
 training."""
 
-from typing import Dict, Optional, Tuple
+from typing import Mapping, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -12,10 +13,11 @@ from torch import Tensor
 from fairseq.modules import MultiheadAttention
 
 from ..config import BudgetConfig
-from . import gpu_heads, head_subset
+from . import gpu_heads, head_subset, prefix_heads
 from .flops import attention_flops
 from .head_subset import HeadMajorWeights, head_major, keep_mask, merge_heads, split_heads
-from .router import HeadRouter
+from .router import HeadRoute, HeadRouter
+from .statistics import LayerStatistics
 
 ROUTER_KEYS = ("relevance_proj.", "budget_proj.", "static_logits", "random_seed")
 
@@ -35,7 +37,7 @@ class BudgetedAttention(MultiheadAttention):
         super().__init__(embed_dim, num_heads, self_attention=True, **kwargs)
         self.router = HeadRouter(embed_dim, num_heads, cfg, fixed_heads)
         self.fast_path = cfg.attention_path == "fast"
-        self.learned = cfg.head_selection == "learned"
+        self.nested = cfg.head_selection == "nested"
         self._head_major: Optional[Tuple[tuple, HeadMajorWeights]] = None
 
     def upgrade_state_dict_named(self, state_dict, name):
@@ -45,6 +47,12 @@ class BudgetedAttention(MultiheadAttention):
         prefix = name + "." if name else ""
         for key in [k for k in state_dict if k.startswith(prefix) and k[len(prefix):].startswith(ROUTER_KEYS)]:
             state_dict[prefix + "router." + key[len(prefix):]] = state_dict.pop(key)
+        # baselines written before issue 25 also held the predictor they did not use
+        unused = tuple(p + "." for p in ("relevance_proj", "budget_proj") if not hasattr(self.router, p))
+        if unused:
+            for key in [k for k in state_dict if k.startswith(prefix + "router.") and
+                        k[len(prefix + "router."):].startswith(unused)]:
+                del state_dict[key]
 
     def train(self, mode: bool = True):
         # fairseq's optimizers update ``p.data`` in place, which bumps no version
@@ -65,7 +73,7 @@ class BudgetedAttention(MultiheadAttention):
         attn_mask: Optional[Tensor] = None,
         before_softmax: bool = False,
         need_head_weights: bool = False,
-    ) -> Tuple[Tensor, Dict[str, Tensor]]:
+    ) -> Tuple[Tensor, Mapping[str, Tensor]]:
         """query: T x B x C. Returns the attention output and this layer's statistics."""
         refused = {
             "key or value other than the query (budgeted attention is self-attention)":
@@ -87,18 +95,28 @@ class BudgetedAttention(MultiheadAttention):
         route = self.router(x, key_padding_mask, gate=reference)
         if reference:
             out = self.attend_all_heads(x, key_padding_mask, route.gate)
+        elif self.nested:
+            out = self.attend_prefix(x, key_padding_mask, route.heads, route.every_head)
         else:
             out = self.attend_selected_heads(x, key_padding_mask, route.selected, route.every_head)
-        used, full = attention_flops(x.size(0), route.heads, self.embed_dim, self.num_heads, router=self.learned)
-        stats = {
-            "budget": route.budget,
-            "heads": route.heads,
-            "selected": route.selected,
-            "relevance": route.relevance,
-            "attn_flops": used,
-            "attn_flops_full": full,
-        }
-        return out, stats
+        return out, self.statistics(x.size(0), route, lazy=not reference)
+
+    def statistics(self, seq_len: int, route: HeadRoute, lazy: bool) -> Mapping[str, Tensor]:
+        """This layer's statistics: budget, heads, selected, relevance, attn_flops and
+        attn_flops_full. ``lazy`` (inference): those the layer did not compute itself,
+        computed when read (modules/statistics.py)."""
+        values = {"budget": route.budget, "heads": route.heads}
+        derived = {("attn_flops", "attn_flops_full"): lambda: attention_flops(
+            seq_len, route.heads, self.embed_dim, self.num_heads, self.router.outputs)}
+        if route.selected is None:  # a prefix
+            derived[("selected", "relevance")] = lambda: self.router.prefix(route.heads)
+        else:
+            values.update(selected=route.selected, relevance=route.relevance)
+        if lazy:
+            return LayerStatistics(values, derived)
+        for names, compute in derived.items():
+            values.update(zip(names, compute()))
+        return values
 
     def attend_all_heads(self, x: Tensor, key_padding_mask: Optional[Tensor], gate: Tensor) -> Tensor:
         """Reference path: every head computed, each scaled by its gate before out_proj."""
@@ -119,6 +137,18 @@ class BudgetedAttention(MultiheadAttention):
         if on_gpu:
             return gpu_heads.attend_selected(x, key_padding_mask, selected, weights)
         return head_subset.attend_selected(x, key_padding_mask, selected, weights)
+
+    def attend_prefix(self, x: Tensor, key_padding_mask: Optional[Tensor], heads: Tensor,
+                      every_head: bool = False) -> Tensor:
+        """Fast path of --head-selection nested: example b runs heads 0..heads[b]-1, on
+        views of the projections' own weights. The counts are read on the host (a
+        synchronisation on a GPU) unless they are forced."""
+        forced = self.router.forced_heads
+        counts = heads.tolist() if forced is None else forced
+        if every_head or (forced is None and min(counts) == self.num_heads):  # exactly fairseq's own attention
+            return MultiheadAttention.forward(self, x, x, x, key_padding_mask=key_padding_mask, need_weights=False)[0]
+        return prefix_heads.attend_prefix(x, key_padding_mask, counts, self.q_proj, self.k_proj, self.v_proj,
+                                          self.out_proj, self.num_heads)
 
     def head_major_weights(self, dtype: Optional[torch.dtype] = None) -> HeadMajorWeights:
         """The head-major copy of the weights in ``dtype`` (default: theirs; under

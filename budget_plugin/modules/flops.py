@@ -3,23 +3,25 @@ statistics, and the measured count (torch's FlopCounterMode) that the benchmark 
 the study take of whole models. Multiply-add = 2 FLOPs in both."""
 
 import re
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Optional
 
 import torch
 from torch import Tensor
 
 
 def attention_flops(seq_len: int, heads: Tensor, embed_dim: int, num_heads: int,
-                    router: bool = True) -> "tuple[Tensor, Tensor]":
+                    router_outputs: Optional[int] = None) -> "tuple[Tensor, Tensor]":
     """Attention FLOPs of a batch whose examples run ``heads`` heads (B), router
     included, and the FLOPs all heads would cost. Per head and example: q/k/v/out
-    projections 8 T C d, scores and weighted values 4 T^2 d; the router's summary
-    T C and its projections 2 C (H + 1)."""
+    projections 8 T C d, scores and weighted values 4 T^2 d; a router of n outputs
+    (``router_outputs``: H + 1 by default, the learned budget's relevance and budget;
+    1 for the nested budget; 0 for none) its summary T C and its projections 2 C n."""
     T, C, H = seq_len, embed_dim, num_heads
     d = C // H
     per_head = 8.0 * T * C * d + 4.0 * T * T * d
-    router_flops = (T * C + 2.0 * C * (H + 1)) if router else 0.0
-    used = heads.sum().to(torch.float64) * per_head + heads.numel() * router_flops
+    n = H + 1 if router_outputs is None else router_outputs
+    router_flops = (T * C + 2.0 * C * n) if n else 0.0
+    used = heads.sum(dtype=torch.float64) * per_head + heads.numel() * router_flops
     full = torch.full_like(used, heads.numel() * H * per_head)
     return used, full
 

@@ -17,16 +17,24 @@ the heads next to its boundary; the relevance term moves probability towards hea
 whose output lowers the loss (a first-order estimate, available for every head
 because training computes all of them).
 
-The baselines (``--head-selection static|random``) replace the predictor by a fixed
-budget per layer: one learned relevance shared by every input, or uniform draws.
+``--head-selection nested`` keeps the budget and drops the relevance: the heads of an
+importance-ordered checkpoint (tools/reorder.py) run as a prefix, heads ``0..k-1``,
+for every input, so the router predicts only how many. Its gates are the hard prefix
+plus the straight-through soft count mask, and its "relevance" (a statistic, no
+parameter makes it) is uniform over the heads the input runs: ``1/k`` on the prefix,
+0 past it, so that the selection is still its top-k and its entropy, ``log k / log H``,
+reads as the heads run.
 
-Every logit is multiplied by ``--router-scale`` (1 by default), a reparametrization that
+The baselines (``--head-selection static|random|kept``) replace the predictor by a fixed
+budget per layer: one learned relevance shared by every input, uniform draws, or named heads.
+
+Every logit is multiplied by ``--router-scale`` (10 by default), a reparametrization that
 lets the router move faster than the pretrained weights under one learning rate.
 """
 
 import contextlib
 import math
-from typing import Iterator, List, NamedTuple, Optional
+from typing import Iterator, List, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -38,9 +46,9 @@ from .exploration import Exploration, exploration_at
 class HeadRoute(NamedTuple):
     budget: Tensor  # B, continuous budget b(x) (differentiable)
     heads: Tensor  # B, heads run per example: k = clamp(round(b), m, H)
-    selected: Tensor  # B x H, bool
+    selected: Optional[Tensor]  # B x H, bool (None: a prefix not asked for, HeadRouter.prefix(heads))
     gate: Optional[Tensor]  # B x H, forward value == selected; straight-through gradients (None: not asked)
-    relevance: Tensor  # B x H, p(x)
+    relevance: Optional[Tensor]  # B x H, p(x) (None with selected)
     every_head: bool  # known on the host: every example runs all H heads
 
 
@@ -68,16 +76,22 @@ def summarize(x: Tensor, key_padding_mask: Optional[Tensor], pooling: str) -> Te
 
 
 class HeadRouter(nn.Module):
-    """The router of one layer: ``relevance_proj`` (C -> H) and ``budget_proj``
-    (C -> 1); ``static_logits`` (H) or the ``random_seed`` buffer for the baselines."""
+    """The router of one layer, holding only what its mode uses: ``relevance_proj``
+    (C -> H) and ``budget_proj`` (C -> 1) for the learned budget, ``budget_proj`` alone
+    for the nested one; ``static_logits`` (H), the ``random_seed`` or the ``kept``
+    buffer for the baselines."""
 
     def __init__(self, embed_dim: int, num_heads: int, cfg: BudgetConfig, fixed_heads: float):
         super().__init__()
         self.cfg = cfg
         self.num_heads = num_heads
         self.fixed_heads = fixed_heads  # this layer's budget for static/random
-        self.relevance_proj = nn.Linear(embed_dim, num_heads)
-        self.budget_proj = nn.Linear(embed_dim, 1)
+        if cfg.head_selection == "learned":
+            self.relevance_proj = nn.Linear(embed_dim, num_heads)
+        if cfg.predicts_budget:
+            self.budget_proj = nn.Linear(embed_dim, 1)
+        if cfg.head_selection == "nested":  # the rank of every head, once (not in checkpoints)
+            self.register_buffer("position", torch.arange(num_heads), persistent=False)
         if cfg.head_selection == "static":  # one relevance for every input
             self.static_logits = nn.Parameter(torch.zeros(num_heads))
         if cfg.head_selection == "random":
@@ -91,23 +105,31 @@ class HeadRouter(nn.Module):
         self.forced_heads: Optional[int] = None  # only inside forced()
         self.reset_parameters()
 
+    @property
+    def outputs(self) -> int:
+        """Logits the router predicts per input (relevance and budget): its FLOPs."""
+        return (self.num_heads if self.cfg.head_selection == "learned" else 0) + int(self.cfg.predicts_budget)
+
     def reset_parameters(self):
         """Near-uniform relevance, and a budget that starts at ``--initial-budget``.
 
         Called again by the model after RoBERTa's ``init_bert_params`` has re-initialised
         every ``nn.Linear``."""
+        scale = self.cfg.router_scale  # the initial logits do not depend on it
+        if self.cfg.head_selection == "static":
+            nn.init.normal_(self.static_logits, std=0.02 / scale)
+        if not self.cfg.predicts_budget:
+            return
         H, m, start = self.num_heads, self.cfg.min_heads, self.cfg.initial_budget
         start = H - 0.25 if start is None else start
         fraction = min(max((start - m) / (H - m), 1e-3), 1 - 1e-3) if H > m else 0.5
-        scale = self.cfg.router_scale  # the initial logits do not depend on it
-        nn.init.normal_(self.relevance_proj.weight, std=0.02 / scale)
-        if self.cfg.head_selection == "static":
-            nn.init.normal_(self.static_logits, std=0.02 / scale)
-        if self.prior is None:
-            nn.init.zeros_(self.relevance_proj.bias)
-        else:
-            with torch.no_grad():
-                self.relevance_proj.bias.copy_(self.prior / scale)
+        if self.cfg.head_selection == "learned":
+            nn.init.normal_(self.relevance_proj.weight, std=0.02 / scale)
+            if self.prior is None:
+                nn.init.zeros_(self.relevance_proj.bias)
+            else:
+                with torch.no_grad():
+                    self.relevance_proj.bias.copy_(self.prior / scale)
         nn.init.zeros_(self.budget_proj.weight)
         nn.init.constant_(self.budget_proj.bias, math.log(fraction / (1 - fraction)) / scale)
 
@@ -132,7 +154,8 @@ class HeadRouter(nn.Module):
     @contextlib.contextmanager
     def forced(self, heads: int) -> Iterator[None]:
         """Run exactly ``heads`` heads for every input inside the block (the most
-        relevant ones); the router's own budget again after it, even on error."""
+        relevant ones; for nested, the first ones, with no predictor run); the
+        router's own budget again after it, even on error."""
         if not 1 <= heads <= self.num_heads:
             raise ValueError(f"forced heads must be in [1, {self.num_heads}], got {heads}")
         self.forced_heads = heads
@@ -166,16 +189,23 @@ class HeadRouter(nn.Module):
             self._generator = torch.Generator(device=device).manual_seed(int(self.random_seed))
         return torch.rand(shape, device=device, generator=self._generator)
 
+    def predict_budget(self, summary: Tensor) -> Tensor:
+        """b(x) = m + (H - m) sigmoid(s (w_b . summary + c_b)): B, float32."""
+        H, m = self.num_heads, self.cfg.min_heads
+        return m + (H - m) * torch.sigmoid(self.cfg.router_scale * self.budget_proj(summary).float().squeeze(-1))
+
     def forward(self, x: Tensor, key_padding_mask: Optional[Tensor], gate: bool = True) -> HeadRoute:
         """x: T x B x C (the attention's input). ``gate=False`` skips the gates (the fast
         path runs the selection itself, and the gates are a dozen small ops a layer)."""
         H, m, B = self.num_heads, self.cfg.min_heads, x.size(1)
-        exploration = exploration_at(self.cfg, self.num_updates, self.training)
         selection, scale = self.cfg.head_selection, self.cfg.router_scale
+        if selection == "nested":
+            return self.nested(x, key_padding_mask, gate)
+        exploration = exploration_at(self.cfg, self.num_updates, self.training)
         if selection == "learned":
             summary = summarize(x, key_padding_mask, self.cfg.budget_pooling)
             logits = scale * self.relevance_proj(summary).float()
-            budget = m + (H - m) * torch.sigmoid(scale * self.budget_proj(summary).float().squeeze(-1))
+            budget = self.predict_budget(summary)
             heads = budget.detach().round().clamp(m, H).long()
         else:  # baselines: a fixed budget, no router
             budget = x.new_full((B,), self.fixed_heads, dtype=torch.float)
@@ -209,3 +239,30 @@ class HeadRouter(nn.Module):
         )
         gates = selected.to(budget.dtype) + straight_through(soft_count) + straight_through(H * relevance)
         return HeadRoute(budget, heads, selected, gates, relevance, every_head)
+
+    def nested(self, x: Tensor, key_padding_mask: Optional[Tensor], gate: bool) -> HeadRoute:
+        """--head-selection nested: the budget as 'learned' predicts it, the heads a
+        prefix of the layer's order. Nothing is ranked or explored; the gates are the
+        hard prefix plus the straight-through soft count mask. A forced count runs no
+        predictor: the budget is that count (and the gates carry no gradient to it).
+        Without gates (the fast path), the counts alone: the rest is :meth:`prefix`."""
+        H, m, B = self.num_heads, self.cfg.min_heads, x.size(1)
+        if self.forced_heads is None:
+            budget = self.predict_budget(summarize(x, key_padding_mask, self.cfg.budget_pooling))
+            heads, every_head = budget.round().long(), m >= H  # b is in [m, H]: no clamp
+        else:
+            budget = x.new_full((B,), float(self.forced_heads), dtype=torch.float)
+            heads, every_head = torch.full((B,), self.forced_heads, device=x.device), self.forced_heads == H
+        if not gate:
+            return HeadRoute(budget, heads, None, None, None, every_head)
+        selected, relevance = self.prefix(heads)
+        soft_count = torch.sigmoid((budget.unsqueeze(-1) - self.position - 0.5) / self.cfg.budget_mask_temperature)
+        gates = selected.to(budget.dtype) + straight_through(soft_count)
+        return HeadRoute(budget, heads, selected, gates, relevance, every_head)
+
+    def prefix(self, heads: Tensor) -> Tuple[Tensor, Tensor]:
+        """Each input's selection, its first ``heads`` heads (B x H, bool), and its
+        relevance, uniform over them (a statistic: 1/k on the prefix, 0 past it)."""
+        heads = heads.unsqueeze(-1)
+        selected = self.position < heads
+        return selected, selected / heads

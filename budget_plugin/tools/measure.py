@@ -4,27 +4,14 @@ an evaluation split, as the accuracy study and the main job report them."""
 import statistics
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
+from ..models.hub_interface import head_choice
 from ..modules.flops import MeasuredFlops, measure_flops
-from .errors import DataError
+from .checkpoints import load_checkpoint
 from .timing import rotation
-
-Batch = Tuple[torch.Tensor, torch.Tensor]  # tokens (B x T), gold classes (B)
-
-
-def load_checkpoint(checkpoint: Path, data: Path):
-    """A checkpoint in evaluation mode and its task, as fairseq-validate loads them."""
-    from fairseq import checkpoint_utils
-
-    for path, what in ((checkpoint, "checkpoint"), (data, "data folder")):
-        if not Path(path).exists():
-            raise DataError(f"{what} {path}: no such file or folder")
-
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)], arg_overrides={"data": str(data)})
-    return models[0].eval(), task
 
 
 def samples(task, subset: str, batch_size: int) -> Iterator[dict]:
@@ -34,9 +21,13 @@ def samples(task, subset: str, batch_size: int) -> Iterator[dict]:
     return iter(task.get_batch_iterator(task.dataset(subset), max_sentences=batch_size).next_epoch_itr(shuffle=False))
 
 
-def split_batches(task, batch_size: int, subset: str = "test") -> List[Batch]:
-    """Every example of ``subset``, in order, ``batch_size`` at a time."""
-    return [(s["net_input"]["src_tokens"], s["target"].view(-1)) for s in samples(task, subset, batch_size)]
+def split_batches(task, batch_size: int, subset: str = "test") -> List[dict]:
+    """Every example of ``subset``, in order, ``batch_size`` at a time (fairseq's samples)."""
+    return list(samples(task, subset, batch_size))
+
+
+def tokens(sample: dict) -> torch.Tensor:
+    return sample["net_input"]["src_tokens"]
 
 
 def classify(model, tokens):
@@ -44,13 +35,13 @@ def classify(model, tokens):
 
 
 @torch.no_grad()
-def count_flops(model, batches: Sequence[Batch]) -> MeasuredFlops:
+def count_flops(model, batches: Sequence[dict]) -> MeasuredFlops:
     """Whole-model and attention FLOPs (routers included) over the batches."""
-    return measure_flops(lambda: [classify(model, tokens) for tokens, _ in batches])
+    return measure_flops(lambda: [classify(model, tokens(sample)) for sample in batches])
 
 
 @torch.no_grad()
-def latencies(models, batches: Sequence[Batch], repeats: int) -> List[float]:
+def latencies(models, batches: Sequence[dict], repeats: int) -> List[float]:
     """Seconds per pass over the batches, per model: median of ``repeats`` rounds after
     one warm-up round, the models interleaved (and rotated) within each round, so that
     the machine's drift hits them alike."""
@@ -58,22 +49,22 @@ def latencies(models, batches: Sequence[Batch], repeats: int) -> List[float]:
     for round_ in range(repeats + 1):
         for i in rotation(len(models), round_):
             start = time.perf_counter()
-            for tokens, _ in batches:
-                classify(models[i], tokens)
+            for sample in batches:
+                classify(models[i], tokens(sample))
             if round_ > 0:
                 times[i].append(time.perf_counter() - start)
     return [statistics.median(t) for t in times]
 
 
-@torch.no_grad()
-def heads_per_input(model, batches: Sequence[Batch]) -> Tuple[torch.Tensor, torch.Tensor]:
-    """N x L x H: the heads each input ran (bool); N gold classes."""
+def heads_per_input(model, batches: Iterable[dict]) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """N x L x H: the heads each input of fairseq's ``batches`` ran (bool), and its N gold
+    classes (None where the split has no labels)."""
     selected, targets = [], []
-    for tokens, target in batches:
-        _, extra = model(tokens, features_only=True)
-        selected.append(torch.stack([layer["selected"] for layer in extra["budget"]], dim=1))
-        targets.append(target)
-    return torch.cat(selected), torch.cat(targets)
+    for sample in batches:
+        selected.append(head_choice(model, tokens(sample)).selected.cpu())
+        if "target" in sample:
+            targets.append(sample["target"].view(-1).cpu())
+    return torch.cat(selected), (torch.cat(targets) if targets else None)
 
 
 def measure_checkpoints(checkpoints: Dict[str, Path], data: Path, repeats: int, singles: int = 64,

@@ -50,8 +50,11 @@ def prepare_task(
     `truncate` keeps each input's first pieces only (long documents, for a model whose
     position embeddings are longer than the length it should train on).
     """
-    if truncate is not None and truncate < 1:
-        raise DataError(f"--truncate-tokens must be >= 1, got {truncate}")
+    # sentencepiece needs more pieces than its four specials; fairseq-preprocess divides by --workers
+    for option, value, least in (("--truncate-tokens", truncate, 1), ("--vocab-size", vocab_size, 5),
+                                 ("--max-positions", max_positions, 1), ("--workers", workers, 1)):
+        if value is not None and value < least:
+            raise DataError(f"{option} must be >= {least}, got {value}")
     task_dir, out_dir = Path(task_dir), Path(out_dir)
     name = name or task_dir.name
     if not isinstance(layout, Layout):
@@ -65,6 +68,10 @@ def prepare_task(
         raise DataError(f"missing sentencepiece model: {spm_model}")
     if spm_model is not None and wordpiece is not None:
         raise DataError("give --spm-model or --wordpiece, not both")
+    if spm_model is not None:
+        load_sentencepiece(Path(spm_model))  # refused here, naming the user's file, not its copy
+    if out_dir.exists() and not out_dir.is_dir():
+        raise DataError(f"--out-dir {out_dir}: not a folder")
 
     splits = read_task(task_dir, layout, labelled_test=labelled_test, skip_bad_rows=skip_bad_rows, log=log)
     train = splits[0]

@@ -12,7 +12,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from .errors import DataError, DownloadError
 from .files import write_atomic
@@ -41,16 +41,52 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def normalized(name: str) -> str:
+    """A distribution's name as pip compares them (PEP 503: runs of - _ . alike, any case)."""
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def archive_name_version(filename: str) -> Optional[Tuple[str, str]]:
+    """(name, version) of a wheel (NAME-VERSION-...whl) or sdist (NAME-VERSION.tar.gz, ...)."""
+    suffix = next((s for s in ARCHIVE_SUFFIXES if filename.endswith(s)), None)
+    if suffix is None:
+        return None
+    stem = filename[: -len(suffix)]
+    name, _, version = stem.partition("-") if suffix == ".whl" else stem.rpartition("-")
+    return (name, version.split("-")[0]) if name and version else None
+
+
+def find_archives(package: str, version: Optional[str], paths: Iterable[Path],
+                  suffixes: Tuple[str, ...] = ARCHIVE_SUFFIXES) -> List[Path]:
+    """The archives of ``package`` (at ``version``, if given) among ``paths``, files or
+    folders (their files, sorted): the one wheel finder of a cache, --find-links, pip's cache."""
+    found = []
+    for path in paths:
+        files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+        for file in files:
+            parsed = archive_name_version(file.name) if file.name.endswith(suffixes) else None
+            if parsed and normalized(parsed[0]) == normalized(package) and version in (None, parsed[1]):
+                found.append(file)
+    return found
+
+
+def pip_cache_wheels(package: str) -> List[Path]:
+    """The wheels of ``package`` that pip keeps in its own cache (those it built); none if
+    pip says nothing."""
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "pip", "cache", "list", "--format=abspath", f"{normalized(package)}-*"],
+            capture_output=True, text=True, timeout=60,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [Path(line) for line in result.stdout.splitlines() if line.endswith(".whl") and Path(line).is_file()]
+
+
 def find_archive(cache_dir: Path, source: Source) -> Optional[Path]:
     """A previously downloaded wheel or sdist of the source's package, if any."""
-    if not cache_dir.is_dir():
-        return None
-    names = {source.package, source.package.replace("-", "_")}
-    pattern = re.compile(rf"^({'|'.join(map(re.escape, names))})-{re.escape(source.version)}[-.]", re.I)
-    for path in sorted(cache_dir.iterdir()):
-        if path.is_file() and pattern.match(path.name) and path.name.endswith(ARCHIVE_SUFFIXES):
-            return path
-    return None
+    found = find_archives(source.package, source.version, [cache_dir]) if cache_dir.is_dir() else []
+    return found[0] if found else None
 
 
 def pip_download(source: Source, cache_dir: Path, log: Callable[[str], None] = _log) -> Path:

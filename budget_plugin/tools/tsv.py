@@ -6,7 +6,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional, Tuple, Union
+from typing import BinaryIO, Callable, Iterator, List, Optional, Tuple, Union
 
 from .errors import DataError
 from .glue_layout import Columns, Layout
@@ -28,19 +28,29 @@ class Split:
     first_skipped_line: Optional[int] = None
 
 
-def _tsv_lines(path: Path) -> Iterator[Tuple[int, Union[str, UnicodeDecodeError]]]:
-    """Yield (line number, decoded line) without the line ending; a decode error instead of text."""
+def utf8_lines(stream: BinaryIO) -> Iterator[Tuple[int, Union[str, UnicodeDecodeError]]]:
+    """Yield (line number, line) from a binary stream, without the line ending: the
+    line decoded as UTF-8, or the decode error, so that the caller names the line."""
+    for lineno, raw in enumerate(stream, start=1):
+        raw = raw.rstrip(b"\n").rstrip(b"\r")
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            yield lineno, e
+            continue
+        if lineno == 1:
+            line = line.lstrip("\ufeff")  # tolerate a byte-order mark
+        yield lineno, line
+
+
+def not_utf8(error: UnicodeDecodeError) -> str:
+    """Where a line stops being UTF-8, for a message that names its file and line."""
+    return f"invalid UTF-8 byte 0x{error.object[error.start]:02x} at byte {error.start + 1}"
+
+
+def _file_lines(path: Path) -> Iterator[Tuple[int, Union[str, UnicodeDecodeError]]]:
     with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
-            raw = raw.rstrip(b"\n").rstrip(b"\r")
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                yield lineno, e
-                continue
-            if lineno == 1:
-                line = line.lstrip("\ufeff")  # tolerate a byte-order mark
-            yield lineno, line
+        yield from utf8_lines(f)
 
 
 def _split_fields(line: str) -> List[str]:
@@ -98,10 +108,9 @@ def read_split(
         if split.first_skipped_line is None:
             split.first_skipped_line = lineno
 
-    for lineno, line in _tsv_lines(path):
+    for lineno, line in _file_lines(path):
         if isinstance(line, UnicodeDecodeError):
-            byte = line.object[line.start]
-            bad(lineno, "not UTF-8", f"invalid UTF-8 byte 0x{byte:02x} at byte {line.start + 1}")
+            bad(lineno, "not UTF-8", not_utf8(line))
             continue
         try:
             fields = _split_fields(line)
@@ -126,6 +135,30 @@ def read_split(
     return split
 
 
+def _header(path: Path) -> Optional[List[str]]:
+    """The first line's fields (None for an empty file or an unreadable line: read_split reports why)."""
+    with open(path, "rb") as f:
+        _, line = next(utf8_lines(f), (1, None))
+    try:
+        return _split_fields(line) if isinstance(line, str) else None
+    except csv.Error:
+        return None
+
+
+def _check_test_header(path: Path, dev: Path, labelled_test: bool) -> None:
+    """A test file with the dev file's header is labelled, one without it is not: the wrong
+    choice would read texts as labels, or binarize a labelled test set without its labels."""
+    header, dev_header = _header(path), _header(dev)
+    if header is None or dev_header is None or (header == dev_header) == labelled_test:
+        return
+    shown, dev_shown = "\t".join(header), "\t".join(dev_header)
+    if labelled_test:
+        raise DataError(f"{path}:1: header {shown!r} is not {dev.name}'s {dev_shown!r}, but --labelled-test "
+                        "reads test files with the dev file's columns")
+    raise DataError(f"{path}:1: header {shown!r} is {dev.name}'s, so the file looks labelled: prepare with "
+                    "--labelled-test (or give it the task's test columns)")
+
+
 def read_task(
     task_dir: Path, layout: Layout, *, labelled_test: bool, skip_bad_rows: bool, log: Callable[[str], None]
 ) -> List[Split]:
@@ -137,7 +170,10 @@ def read_task(
 
     splits: List[Split] = []
     known_labels = None
+    dev = next((p for (stem, _), p in zip(layout.files, paths) if stem.startswith("dev")), None)
     for (stem, name), path in zip(layout.files, paths):
+        if stem.startswith("test") and dev is not None and layout.dev.header:
+            _check_test_header(path, dev, labelled_test)
         log(f"reading {path}")
         split = read_split(
             path,
@@ -148,10 +184,10 @@ def read_task(
             known_labels=known_labels,
             skip_bad_rows=skip_bad_rows,
         )
-        if stem == "train":
-            if not split.texts:
-                raise DataError(f"{path}: no usable training rows")
-            if not layout.regression:
-                known_labels = set(split.labels)
+        if not split.texts:  # fairseq cannot binarize or load an empty split
+            skipped = f" ({sum(split.skipped.values())} skipped)" if split.skipped else ""
+            raise DataError(f"{path}: no usable rows{skipped}")
+        if stem == "train" and not layout.regression:
+            known_labels = set(split.labels)
         splits.append(split)
     return splits

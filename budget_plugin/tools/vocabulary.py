@@ -109,7 +109,7 @@ def wordpiece_vocabulary(path: Path, folder: Path) -> TaskVocabulary:
     try:
         source = tokenizer_file(path)
         bpe = WordPieceBPE(Namespace(wordpiece_vocab=str(source)))
-    except (FileNotFoundError, ValueError) as e:
+    except Exception as e:  # tokenizers raises a plain Exception for a file it cannot parse
         raise DataError(f"--wordpiece {path}: {e}") from None
     tokens = vocabulary(bpe.tokenizer)
     symbols = check_symbols(fairseq_symbols(tokens), str(source))

@@ -1,0 +1,129 @@
+"""Importance order (tools/reorder.py): every layer's heads permuted, most important
+first, without changing what the model computes."""
+
+import pytest
+import torch
+
+from budget_plugin.tools.building import build_model, size_options
+from budget_plugin.tools.reorder import head_order, reorder_heads
+from conftest import random_tokens
+
+VOCAB, LAYERS, H = 54, 2, 4
+
+
+def build(arch="budgetformer_tiny", **options):
+    if arch == "roberta":
+        options.update(size_options("budgetformer_tiny"))
+    return build_model(arch, VOCAB, max_positions=64, num_classes=3, **options).eval()
+
+
+def importance(seed=0):
+    return torch.rand(LAYERS, H, generator=torch.Generator().manual_seed(seed))
+
+
+def vary_routers(model):
+    """Routers whose choices differ per input and per head (a fresh one is near-uniform)."""
+    with torch.no_grad():
+        for attention in model.budgeted_attentions():
+            router = attention.router
+            if hasattr(router, "relevance_proj"):
+                router.relevance_proj.weight.normal_(std=0.5)
+            if hasattr(router, "budget_proj"):
+                router.budget_proj.weight.normal_(std=0.05)
+            if hasattr(router, "static_logits"):
+                router.static_logits.normal_()
+    return model
+
+
+def outputs(model, tokens):
+    with torch.no_grad():
+        features, extra = model(tokens, features_only=True)
+        logits = model.classification_heads["sentence_classification_head"](features)
+    return features, logits, extra
+
+
+MODELS = {
+    "roberta": dict(arch="roberta"),
+    "learned": dict(initial_budget=2.5),
+    "static": dict(head_selection="static", fixed_heads="2"),
+    "kept": dict(head_selection="kept", kept_heads="0,3;1,2,3"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_permuted_heads_compute_what_the_original_computes(name):
+    model = build(**MODELS[name])
+    if name != "roberta":
+        vary_routers(model)
+    permuted_state, order = reorder_heads(model.state_dict(), importance())
+    permuted = build(**MODELS[name])
+    permuted.load_state_dict(permuted_state)
+    tokens = random_tokens(vocab=50)
+    (features, logits, extra), (features2, logits2, extra2) = outputs(model, tokens), outputs(permuted, tokens)
+    torch.testing.assert_close(features2, features, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(logits2, logits, rtol=1e-5, atol=1e-5)
+    assert not torch.equal(order, torch.arange(H).expand(LAYERS, H)), "a real permutation"
+    for before, after, layer_order in zip(extra.get("budget", []), extra2.get("budget", []), order):
+        # new head j is old head order[j]: the same heads run, under their new indices
+        assert torch.equal(after["selected"], before["selected"][:, layer_order])
+        assert len({tuple(s.tolist()) for s in before["selected"]}) > 1 or name != "learned", "inputs differ"
+
+
+def test_the_order_sorts_importance_descending_and_moves_the_weights():
+    scores = importance(seed=3)
+    model = build(arch="roberta")
+    state, order = reorder_heads(model.state_dict(), scores)
+    for layer in range(LAYERS):
+        assert sorted(order[layer].tolist()) == list(range(H))
+        ranked = scores[layer, order[layer]]
+        assert torch.all(ranked[:-1] >= ranked[1:])
+        d = model.args.encoder_embed_dim // H
+        best = int(scores[layer].argmax())
+        key = f"encoder.sentence_encoder.layers.{layer}.self_attn."
+        original = model.state_dict()
+        assert torch.equal(state[key + "q_proj.weight"][:d], original[key + "q_proj.weight"][best * d:(best + 1) * d])
+        assert torch.equal(state[key + "out_proj.weight"][:, :d],
+                           original[key + "out_proj.weight"][:, best * d:(best + 1) * d])
+        assert torch.equal(state[key + "out_proj.bias"], original[key + "out_proj.bias"])
+    assert head_order(torch.tensor([[0.2, 0.5, 0.5, 0.1]])).tolist() == [[1, 2, 0, 3]], "ties keep head order"
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(head_selection="random", fixed_heads="2"), "picks heads by their index"),
+    (dict(head_selection="nested"), "picks heads by their index"),
+])
+def test_routers_that_pick_heads_by_index_are_refused(options, message):
+    with pytest.raises(ValueError, match=message):
+        reorder_heads(build(**options).state_dict(), importance())
+
+
+def test_importance_of_the_wrong_shape_is_refused():
+    state = build(arch="roberta").state_dict()
+    with pytest.raises(ValueError, match="importance has 3 layers"):
+        reorder_heads(state, torch.rand(3, H))
+    with pytest.raises(ValueError, match="does not split into 5 heads"):
+        reorder_heads(state, torch.rand(LAYERS, 5))
+    state["encoder.sentence_encoder.layers.0.self_attn.bias_k"] = torch.zeros(1, 1, 64)
+    with pytest.raises(ValueError, match="bias_k: not known to be per-head"):
+        reorder_heads(state, importance())
+
+
+def test_a_reordered_dense_model_runs_its_most_important_heads_as_a_nested_prefix():
+    """The recipe: fine-tuned dense roberta -> reorder -> --head-selection nested. At k
+    heads the nested model runs exactly what importance pruning ('kept', the original
+    weights) runs with the k most important heads; at H, what roberta runs."""
+    dense, scores = build(arch="roberta"), importance(seed=5)
+    state, order = reorder_heads(dense.state_dict(), scores)
+    nested = build(head_selection="nested")
+    nested.load_state_dict(state, strict=False)  # the routers keep their fresh start
+    tokens = random_tokens(vocab=50)
+    with nested.forced_heads(H):
+        torch.testing.assert_close(outputs(nested, tokens)[1], outputs(dense, tokens)[1], rtol=1e-5, atol=1e-5)
+    for k in (1, 2, 3):
+        kept = build(head_selection="kept", kept_heads=";".join(
+            ",".join(map(str, layer[:k].tolist())) for layer in order))
+        kept.load_state_dict(dense.state_dict(), strict=False)
+        with nested.forced_heads(k):
+            features, logits, extra = outputs(nested, tokens)
+        assert all(layer["selected"][:, :k].all() and not layer["selected"][:, k:].any() for layer in extra["budget"])
+        torch.testing.assert_close(logits, outputs(kept, tokens)[1], rtol=1e-5, atol=1e-5)
