@@ -9,9 +9,9 @@ Examples with different counts are grouped by count: the batch is sorted once by
 count, every group is a contiguous range of the sorted batch and runs exactly its own
 heads. The alternative, the batch's largest count K for every example with the heads
 past an example's count zeroed before out_proj, computes K - k_b heads too many for
-example b (22-49% more head work for MiniLM-sized counts of std 1): at batch 32 it
-took 1.0-1.3x the grouped time at 25 tokens and 1.05-1.9x at 128 (one thread, CPU
-time; issue 26), fewer ops not making up for the work.
+example b (22-49% more head work for counts of std 1 at MiniLM's size): at batch 32
+on 2 CPU threads it took 0.93-1.06x the grouped time at 25 tokens and 1.09-1.6x at
+128 (issue 26's report), its fewer ops not making up for the extra work.
 
 Plain torch ops, so the same code runs on a GPU; the counts must be known on the host
 to slice the weights (one synchronisation a layer, none when they are forced)."""
