@@ -5,14 +5,14 @@ import argparse
 import enum
 import math
 from dataclasses import dataclass, field, fields
-from typing import List, Optional
+from typing import List, NamedTuple, Optional
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.utils import safe_getattr
 
 POOLING_CHOICES = ChoiceEnum(["mean", "first"])
 ATTENTION_PATH_CHOICES = ChoiceEnum(["fast", "reference"])
-HEAD_SELECTION_CHOICES = ChoiceEnum(["learned", "nested", "static", "random", "kept"])
+HEAD_SELECTION_CHOICES = ChoiceEnum(["learned", "nested", "static", "random", "kept", "pruned"])
 SCHEDULE_CHOICES = ChoiceEnum(["linear", "cosine"])
 
 
@@ -20,11 +20,25 @@ SCHEDULE_CHOICES = ChoiceEnum(["linear", "cosine"])
 # such a checkpoint was trained and computes with (see BudgetConfig.fill_args)
 SAVED_BEFORE = {"router_scale": 1.0}  # issue 25 made 10 the default
 
+# the mean head ratios at which tools/calibration.py calibrates the budget dial
+# (--head-ratio); a ratio between two of them is interpolated
+DIAL_RATIOS = (0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.75, 0.9)
+
+
+class OptionError(SystemExit, ValueError):
+    """A bad option. A ValueError to Python callers; a SystemExit, so that fairseq's
+    command-line tools, which catch nothing, print its one line (``error: ...``) and
+    exit 1 instead of a traceback."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.code = f"error: {message}"
+
 
 def require(ok: bool, option: str, allowed: str, value):
     """Refuse a bad setting when the model is built, naming the option and its range."""
     if not ok:
-        raise ValueError(f"--{option.replace('_', '-')} must be {allowed}, got {value!r}")
+        raise OptionError(f"--{option.replace('_', '-')} must be {allowed}, got {value!r}")
 
 
 @dataclass
@@ -88,15 +102,17 @@ class BudgetConfig(FairseqDataclass):
             "prefix runs on views of the weights. Baselines with a fixed budget "
             "(--fixed-heads): 'static' learns one head subset per layer shared by every "
             "input; 'random' draws each input's heads uniformly; 'kept' runs named heads "
-            "(--kept-heads)"
+            "(--kept-heads). 'pruned': an exported nested model (scripts/export_pruned.py) "
+            "whose layers hold only their first --fixed-heads heads, and run them all"
         },
     )
     fixed_heads: Optional[str] = field(
         default=None,
         metadata={
-            "help": "heads per layer for --head-selection static/random: one number, or "
-            "one per layer separated by commas; 'random' meets a fractional number on "
-            "average (k drawn from its floor and ceiling), 'static' rounds it"
+            "help": "heads per layer for --head-selection static/random/pruned: one number, "
+            "or one per layer separated by commas; 'random' meets a fractional number on "
+            "average (k drawn from its floor and ceiling), 'static' rounds it, 'pruned' "
+            "takes whole numbers (the heads each layer holds)"
         },
     )
     kept_heads: Optional[str] = field(
@@ -158,6 +174,11 @@ class BudgetConfig(FairseqDataclass):
     )
 
     @property
+    def runs_prefix(self) -> bool:
+        """Whether every input runs a prefix of the heads (heads 0..k-1)."""
+        return self.head_selection in ("nested", "pruned")
+
+    @property
     def predicts_budget(self) -> bool:
         """Whether the router predicts a per-input budget (``budget_proj``)."""
         return self.head_selection in ("learned", "nested")
@@ -187,9 +208,9 @@ class BudgetConfig(FairseqDataclass):
             inert |= schedule
         if not self.predicts_budget:  # no budget predictor
             inert |= {"budget_pooling", "budget_mask_temperature", "initial_budget"}
-        if self.head_selection in ("random", "kept"):  # no relevance to explore or soften
+        if self.head_selection in ("random", "kept", "pruned"):  # no relevance to explore or soften
             inert |= schedule | {"temperature_end"}
-        if self.head_selection == "nested":  # a fixed order: no relevance, nothing to explore (no legacy checkpoints)
+        if self.head_selection in ("nested", "pruned"):  # a fixed order: no relevance, nothing to explore (no legacy checkpoints)
             inert |= schedule | {"temperature_end", "exploration_updates"}
         return sorted(changed & inert)
 
@@ -223,7 +244,7 @@ class BudgetConfig(FairseqDataclass):
         require(self.temperature_start > 0, "temperature_start", "> 0", self.temperature_start)
         require(self.temperature_end > 0, "temperature_end", "> 0", self.temperature_end)
         for name in self.inert_options():
-            raise ValueError(
+            raise OptionError(
                 f"--{name.replace('_', '-')} does nothing with --head-selection {self.head_selection} "
                 f"and --exploration-updates {self.exploration_updates}; leave it unset "
                 "(exploration is off unless --exploration-updates > 0, and 'nested' has no relevance to explore; "
@@ -242,11 +263,12 @@ class BudgetConfig(FairseqDataclass):
             values = []
         if len(values) == 1:
             values *= num_layers
+        whole = self.head_selection != "pruned" or all(v == int(v) for v in values)
         require(
-            len(values) == num_layers and all(self.min_heads <= v <= num_heads for v in values),
+            whole and len(values) == num_layers and all(self.min_heads <= v <= num_heads for v in values),
             "fixed_heads",
             f"one number or {num_layers} comma-separated numbers (one per layer), each in "
-            f"[--min-heads, {num_heads}]",
+            f"[--min-heads, {num_heads}]" + (" and whole" if self.head_selection == "pruned" else ""),
             self.fixed_heads,
         )
         return values
@@ -281,3 +303,34 @@ class BudgetConfig(FairseqDataclass):
             self.kept_heads,
         )
         return layers
+
+
+class HeadRatio(NamedTuple):
+    """A budget dial setting (--head-ratio): a mean head ratio for the per-input budgets
+    (``ratio``, with ``counts`` None), or a fixed count per layer (``counts``)."""
+
+    ratio: Optional[float]
+    counts: Optional[List[int]]
+
+
+def parse_head_ratio(value, num_layers: int, num_heads: int, min_heads: int = 1) -> Optional[HeadRatio]:
+    """--head-ratio: None; one number R in (0, 1] (the per-input budgets dialled to a
+    mean head ratio R; 1 runs every head with no router); or ``num_layers``
+    comma-separated whole numbers (each layer's count, no router)."""
+    if value is None or value == "":
+        return None
+    text = str(value)
+    try:
+        numbers = [float(v) for v in text.split(",")]
+    except ValueError:
+        numbers = []
+    if "," not in text and len(numbers) == 1:
+        ratio = numbers[0]
+        require(min_heads / num_heads <= ratio <= 1, "head_ratio",
+                f"a ratio in [--min-heads / H, 1] = [{min_heads / num_heads:.3f}, 1], or {num_layers} "
+                "comma-separated head counts", value)
+        return HeadRatio(None, [num_heads] * num_layers) if ratio == 1 else HeadRatio(ratio, None)
+    require(len(numbers) == num_layers and all(n == int(n) and min_heads <= n <= num_heads for n in numbers),
+            "head_ratio", f"one ratio in (0, 1], or {num_layers} comma-separated whole head counts (one per "
+            f"layer) in [--min-heads, {num_heads}]", value)
+    return HeadRatio(None, [int(n) for n in numbers])

@@ -76,7 +76,9 @@ from pathlib import Path
 from budget_plugin.tools.benchmark.config import DTYPES, MAX_POSITIONS, QUICK, SIZES, BenchmarkConfig
 from budget_plugin.tools.benchmark.run import run
 from budget_plugin.tools.benchmark.tables import report_markdown
+from budget_plugin.tools.benchmark.dial import dial_benchmark, dial_table
 from budget_plugin.tools.errors import DataError
+from budget_plugin.tools.files import write_atomic, write_json
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT = BenchmarkConfig()
@@ -105,8 +107,12 @@ def parse_args(argv=None):
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="per cell and implementation, a torch.profiler table of the attention blocks (top N operators)")
     p.add_argument("--checkpoint", help="a BudgetFormer checkpoint: adds its learned budget (own size)")
-    p.add_argument("--json", default=str(REPO / "results" / "benchmark.json"))
-    p.add_argument("--markdown", default=str(REPO / "results" / "benchmark.md"))
+    p.add_argument("--data", help="with --checkpoint of a calibrated nested model: instead of the cells, the "
+                   "budget dial on this data set's test sentences (dense, nested at --dial ratios, fixed counts, "
+                   "pruned export; budget_plugin/tools/benchmark/dial.py)")
+    p.add_argument("--dial", nargs="+", default=["1", "0.5", "0.3"], help="with --data: the dialled ratios")
+    p.add_argument("--json", help="default: results/benchmark.json (with --data: benchmark_dial.json)")
+    p.add_argument("--markdown", help="default: results/benchmark.md (with --data: benchmark_dial.md)")
     p.add_argument("--seed", type=int, default=DEFAULT.seed)
     args = p.parse_args(argv)
     if args.quick:  # its subset, where the command line does not say otherwise
@@ -125,15 +131,28 @@ def parse_args(argv=None):
         p.error(f"--fairseq-train-updates must be 0 (off) or >= 20, got {args.fairseq_train_updates}")
     if max(args.seq_lens) > MAX_POSITIONS:
         p.error(f"--seq-lens must be <= {MAX_POSITIONS}")
+    if args.data is not None and args.checkpoint is None:
+        p.error("--data needs --checkpoint (a calibrated nested model)")
+    stem = "benchmark_dial" if args.data is not None else "benchmark"
+    args.json = args.json or str(REPO / "results" / f"{stem}.json")
+    args.markdown = args.markdown or str(REPO / "results" / f"{stem}.md")
     args.dtype = DTYPES[args.dtype]
-    names = {f.name for f in fields(BenchmarkConfig)}
-    return BenchmarkConfig(**{key: tuple(value) if isinstance(value, list) else value
-                              for key, value in vars(args).items() if key in names})
+    for key, value in vars(args).items():
+        if isinstance(value, list):
+            setattr(args, key, tuple(value))
+    return args
 
 
 def main(argv=None):
-    cfg = parse_args(argv)
+    args = parse_args(argv)
+    cfg = BenchmarkConfig(**{f.name: getattr(args, f.name) for f in fields(BenchmarkConfig)})
     try:
+        if args.data is not None:  # the dial on real sentences, not the cells
+            report = dial_benchmark(cfg.checkpoint, args.data, args.dial, repeats=cfg.repeats, threads=cfg.threads)
+            write_json(cfg.json, report)
+            write_atomic(cfg.markdown, dial_table(report) + "\n")
+            print(dial_table(report))
+            return report
         report = run(cfg)
     except DataError as e:  # a checkpoint that cannot be read or does not fit
         sys.exit(f"error: {e}")

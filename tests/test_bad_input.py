@@ -305,3 +305,12 @@ def test_predict_script_refuses_standard_input_that_is_not_utf8(tmp_path):
     """The real standard input, its bytes (Python's text stdin would turn them into surrogates)."""
     cmd = [sys.executable, REPO / "scripts" / "predict.py", "--checkpoint-dir", tmp_path, "--data", tmp_path]
     assert refusal(cmd, stdin=NOT_UTF8).startswith("error: <stdin>:2: invalid UTF-8 byte 0xe9 at byte 4;")
+
+
+@pytest.mark.slow
+def test_an_option_fairseq_cannot_honour_is_refused_in_one_line(labelled):
+    """The model's option errors (config.OptionError) reach fairseq's command line as one
+    line, not a traceback: here a budget dial on a checkpoint never calibrated."""
+    data, checkpoint = labelled
+    line = refusal([*validate_args(data, checkpoint, "valid"), "--head-ratio", "0.5"])
+    assert line.startswith("error: --head-ratio R needs the budget dial's calibration"), line

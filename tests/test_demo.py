@@ -1,4 +1,7 @@
-"""scripts/demo.py --quick: the main job end to end, offline, on tiny synthetic data."""
+"""scripts/demo.py --quick: the main job end to end, offline, on tiny synthetic data; then,
+on its checkpoints, what a user runs next: scripts/finetune.py (which resumes: every
+step is done), fairseq-validate --head-ratio, scripts/export_pruned.py,
+scripts/predict.py --head-ratio and scripts/benchmark.py --data."""
 
 import importlib.util
 import json
@@ -8,7 +11,9 @@ import sys
 
 import pytest
 
-from conftest import REPO, recomputed
+import torch
+
+from conftest import PLUGIN_DIR, REPO, parse_metrics, recomputed, run
 
 spec = importlib.util.spec_from_file_location("demo", REPO / "scripts" / "demo.py")
 demo = importlib.util.module_from_spec(spec)
@@ -37,52 +42,111 @@ def test_the_toy_reviews_are_seeded_balanced_and_labelled_by_their_words(tmp_pat
             assert (praise > blame) == (label == "1") and praise * blame == 0, sentence
 
 
-@pytest.mark.slow
-def test_quick_demo_runs_offline_end_to_end(tmp_path):
-    """The main job's steps on a tiny random BERT: conversion, WordPiece preparation,
-    fine-tuning both systems from the converted weights, fairseq-validate, measurement."""
-    data, results, checkpoints = tmp_path / "data", tmp_path / "results", tmp_path / "checkpoints"
-    offline = dict(os.environ, PIP_NO_INDEX="1", http_proxy="http://127.0.0.1:9", https_proxy="http://127.0.0.1:9",
-                   OMP_NUM_THREADS="1")
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "demo.py"), "--quick", "--epochs", "2", "--data-dir", str(data),
-         "--out-dir", str(results), "--save-dir", str(checkpoints)],
-        capture_output=True, text=True, timeout=600, env=offline, cwd=tmp_path,
-    )
+def script(name, *args, stdin=None, env=None):
+    env = dict(env or os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / name), *map(str, args)], capture_output=True,
+                          text=True, env=env, input=stdin, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def validate(checkpoint, data, *extra):
+    output = run(["fairseq-validate", data, "--user-dir", PLUGIN_DIR, "--path", checkpoint,
+                  "--task", "budget_sentence_prediction", "--criterion", "budget_sentence_prediction",
+                  "--valid-subset", "valid", "--batch-size", 16, "--cpu", "--num-workers", 0, *extra])
+    return parse_metrics([line for line in output.splitlines() if "valid on 'valid' subset" in line][-1])
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    """The quick demo's run, offline: (its output, data root, results, checkpoints)."""
+    root = tmp_path_factory.mktemp("demo")
+    data, results, checkpoints = root / "data", root / "results", root / "checkpoints"
+    offline = dict(os.environ, PIP_NO_INDEX="1", http_proxy="http://127.0.0.1:9", https_proxy="http://127.0.0.1:9")
+    output = script("demo.py", "--quick", "--epochs", "2", "--data-dir", data, "--out-dir", results,
+                    "--save-dir", checkpoints, env=offline)
+    return output, data / "quick", results, checkpoints
+
+
+@pytest.mark.slow
+def test_quick_demo_runs_offline_end_to_end(quick):
+    """The main job's steps on a tiny random BERT: conversion, WordPiece preparation,
+    the nested recipe, measurement, fairseq-validate of each system, the table and pictures."""
+    output, root, results, checkpoints = quick
     # the model and data were made, converted and prepared here, nothing fetched
-    quick = data / "quick"
-    assert sorted(p.name for p in quick.iterdir()) == ["QUICK-bin", "bert", "model", "raw"]
-    assert (quick / "model" / "model.pt").is_file() and (quick / "QUICK-bin" / "vocab.txt").is_file()
-    assert (quick / "model" / "dict.txt").read_text() == (quick / "QUICK-bin" / "input0" / "dict.txt").read_text()
+    assert sorted(p.name for p in root.iterdir()) == ["QUICK-bin", "bert", "model", "raw"]
+    assert (root / "model" / "dict.txt").read_text() == (root / "QUICK-bin" / "input0" / "dict.txt").read_text()
+    for step in ("step 1/5", "step 2/5", "step 3/5", "step 4/5", "step 5/5", "dense: $ fairseq-train",
+                 "nested: $ fairseq-train", "valid on 'valid'"):
+        assert step in output, step
 
     report = json.loads((results / "demo.json").read_text())
     rows = report["systems"]
-    assert list(rows) == ["dense", "budget"] and report["recipe"]["epochs"] == 2
-    for system, row in rows.items():
+    assert list(rows) == ["dense", "nested @ 1", "nested @ 0.5", "nested @ 0.3", "exported @ 0.3"]
+    nested = checkpoints / "nested" / "checkpoint_best.pt"
+    data = root / "QUICK-bin"
+    for name, row in rows.items():
         assert row["test_examples"] == 60  # every test example, scored once
-        assert row["checkpoint"] == str(checkpoints / system / "checkpoint_best.pt") and row["train_wall_s"] > 0
-        # the accuracies fairseq-validate reported are the checkpoint's predictions, recomputed here
-        assert row["dev_accuracy"] == recomputed(row["checkpoint"], quick / "QUICK-bin", "valid")[0]
-        assert row["test_accuracy"] == recomputed(row["checkpoint"], quick / "QUICK-bin", "test")[0]
-        assert row["latency_b1_ms"] > 0 and row["latency_b32_ms"] > 0 and row["attn_flops"] > 0
-        assert 0 < row["attn_flops"] < row["model_flops"]
-    dense, budget = rows["dense"], rows["budget"]
-    assert (dense["heads_per_layer"], dense["head_ratio"]) == (4.0, 1.0)
-    # BudgetFormer's heads on test: the criterion's mean (validate), the measurement's per layer and the heads
-    # each test input runs, counted here, are one number; the head ratio is it over the 4 heads of a layer
-    _, selected = recomputed(budget["checkpoint"], quick / "QUICK-bin", "test")
-    counted = selected.sum(-1).float()
-    assert budget["heads_per_layer_mean"] == pytest.approx(counted.mean(0).tolist(), abs=1e-6)
-    assert budget["heads_per_layer_std"] == pytest.approx(counted.std(0).tolist(), abs=1e-6)
-    assert budget["heads_per_layer"] == pytest.approx(counted.mean().item(), abs=0.006)
-    assert budget["head_ratio"] == pytest.approx(counted.mean().item() / 4, abs=0.0006)
+        assert row["latency_b1_ms"] > 0 and row["latency_b32_ms"] > 0 and row["model_flops"] > 0
+    # fairseq-validate's accuracies are the checkpoints' predictions, recomputed here
+    assert rows["dense"]["test_accuracy"] == recomputed(checkpoints / "dense" / "checkpoint_best.pt", data, "test")[0]
+    exported = checkpoints / "exported" / "checkpoint_pruned.pt"
+    accuracy, selected = recomputed(exported, data, "test")
+    assert rows["exported @ 0.3"]["test_accuracy"] == accuracy
+    counts = selected.sum(-1).float().mean(0).tolist()
+    assert rows["exported @ 0.3"]["heads_per_layer"] == counts == report["fixed_counts"]["fixed @ 0.3"]["heads_per_layer"]
+    assert exported.stat().st_size < nested.stat().st_size
+    # the dial: calibrated on dev, so dev lands on the ratio; at 1 every head, as dense
+    assert rows["nested @ 1"]["test_head_ratio"] == 1.0 and rows["nested @ 1"]["heads_per_layer"] == [4.0, 4.0]
+    assert rows["nested @ 0.5"]["dev_head_ratio"] == pytest.approx(0.5, abs=0.02)
+    assert rows["nested @ 0.3"]["dev_head_ratio"] == pytest.approx(0.3, abs=0.02)
+    assert rows["nested @ 0.3"]["model_flops"] < rows["nested @ 0.5"]["model_flops"] < rows["dense"]["model_flops"]
 
     table = (results / "demo.md").read_text()
-    assert table.startswith("| system | dev acc | test acc |") and table.count("\n") == 4
-    assert table.strip() in proc.stdout and "step 6/6" in proc.stdout
+    assert table.startswith("| system | dev acc | test acc |") and table.count("\n") == 7
+    assert table.strip() in output
     usage = json.loads((results / "heads" / "heads.json").read_text())
     assert usage["split"] == "test" and usage["examples"] == 60
-    assert usage["mean_heads_per_layer"] == pytest.approx(budget["heads_per_layer_mean"], abs=1e-6)
-    for name in ("heads_overall.png", "heads_by_class.png", "budgets.png"):
-        assert (results / "heads" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    for name in ("demo_accuracy_vs_latency.png", "heads/heads_overall.png", "heads/heads_by_class.png",
+                 "heads/budgets.png"):
+        assert (results / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+
+
+@pytest.mark.slow
+def test_a_user_dials_exports_and_predicts_with_the_demos_model(quick):
+    _, root, _, checkpoints = quick
+    data, model = root / "QUICK-bin", root / "model"
+    again = script("finetune.py", model, data, checkpoints, "--min-heads", 1)
+    assert "dense: done before" in again and "nested: done before" in again and "$ fairseq-train" not in again
+    assert "--head-ratio 0.5: " in again and "(head ratio 0.500)" in again
+    assert "width_loss" in (checkpoints / "nested" / "train.log").read_text(), "the sandwich trained every width"
+    order = json.loads((checkpoints / "order.json").read_text())
+    importance = torch.tensor(json.loads((checkpoints / "importance.json").read_text()))
+    assert all(sorted(layer) == list(range(4)) and importance[i, layer[0]] == importance[i].max()
+               for i, layer in enumerate(order))
+
+    nested = checkpoints / "nested" / "checkpoint_best.pt"
+    router = [k for k in torch.load(nested, weights_only=True)["model"] if ".router." in k]
+    assert router and all(".budget_proj." in k for k in router), "a budget predictor, no relevance"
+    dialled = validate(nested, data, "--head-ratio", "0.4")  # between two calibrated ratios
+    assert dialled["head_ratio"] == pytest.approx(0.4, abs=0.02) and dialled["bsz"] == 60
+    fixed = validate(nested, data, "--head-ratio", "1,3")
+    assert (fixed["heads_l0"], fixed["heads_l1"]) == (1, 3)
+
+    script("export_pruned.py", nested, root / "export", "--head-ratio", "1,3")
+    pruned = validate(root / "export" / "checkpoint_pruned.pt", data)
+    assert (pruned["heads_l0"], pruned["heads_l1"]) == (1, 3)
+    assert pruned["accuracy"] == fixed["accuracy"] and pruned["loss"] == pytest.approx(fixed["loss"], abs=2e-3)
+
+    predictions = script("predict.py", "--checkpoint-dir", checkpoints / "nested", "--data", data,
+                         "--head-ratio", "1,3", stdin="a great and moving film .\nthe plot was dull .\n")
+    rows = [line.split("\t") for line in predictions.splitlines()[1:]]
+    assert [row[3] for row in rows] == ["1,3", "1,3"]
+
+    script("benchmark.py", "--checkpoint", nested, "--data", data, "--dial", "1", "0.5", "--repeats", 1,
+           "--threads", 1, "--json", root / "dial.json", "--markdown", root / "dial.md")
+    report = json.loads((root / "dial.json").read_text())["systems"]
+    assert sorted(report) == ["dense", "fixed @ 0.5", "nested @ 0.5", "nested @ 1", "pruned @ 0.5"]
+    assert report["nested @ 1"]["head_ratio"] == 1
+    for key in ("heads_per_layer", "head_ratio", "model_flops"):  # the same budget, with and without the weights
+        assert report["fixed @ 0.5"][key] == report["pruned @ 0.5"][key], key

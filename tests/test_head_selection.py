@@ -95,7 +95,9 @@ def test_fixed_heads_are_set_per_layer_and_reported():
         (dict(head_selection="random", fixed_heads="0.5"), "each in [--min-heads, 4]"),
         (dict(head_selection="static", fixed_heads="two"), "got 'two'"),
         (dict(fixed_heads="2"), "--fixed-heads must be unset unless --head-selection"),
-        (dict(head_selection="pruned", fixed_heads="2"), "--head-selection must be one of"),
+        (dict(head_selection="pruning", fixed_heads="2"), "--head-selection must be one of"),
+        (dict(head_selection="pruned", fixed_heads="2.5"), "each in [--min-heads, 4] and whole"),
+        (dict(head_selection="pruned", fixed_heads="2", initial_budget=2.0), "--initial-budget does nothing"),
     ],
 )
 def test_bad_baseline_settings_name_the_option(overrides, message):

@@ -70,6 +70,12 @@ def test_from_pretrained_encode_predict_head_usage(trained_sst):
                                                                      abs=1e-5)
     pair = hub.encode("good", "bad plot")
     assert (pair == 2).sum() == 3  # <s> a </s> </s> b </s>, as the task builds pairs
+    # the budget dial for one call: fixed counts per layer, then the router's own budgets again
+    dialled = hub.predict("sentence_classification_head", tokens, head_ratio="1,2")
+    with hub.model.forced_heads([1, 2]):
+        assert torch.equal(dialled, hub.predict("sentence_classification_head", tokens))
+    assert [layer["num_heads"] for layer in hub.head_usage(tokens, head_ratio="1,2")] == [1, 2]
+    assert hub.head_usage(tokens) == usage
 
 
 def test_predict_script(trained_sst, tmp_path):

@@ -253,26 +253,6 @@ def test_prefix_counts_group_into_ranges():
     assert (fast - expected).abs().max().item() <= 1e-5
 
 
-@pytest.mark.slow
-def test_nested_checkpoints_train_and_validate_end_to_end(tmp_path):
-    """fairseq-train --head-selection nested on tiny data, then fairseq-validate: the
-    budget statistics print, the checkpoint holds the budget predictor and no relevance."""
-    data = make_classification_data(tmp_path / "data", n_train=160, n_valid=50)
-    save = tmp_path / "ckpt"
-    args = train_args(data, save, "--head-selection", "nested", "--target-head-ratio", "0.5", epochs=2)
-    at = args.index("--exploration-updates")
-    run(args[:at] + args[at + 2:])  # nested refuses exploration
-    output = run(["fairseq-validate", data, "--user-dir", PLUGIN_DIR, "--path", save / "checkpoint_best.pt",
-                  "--task", "budget_sentence_prediction", "--criterion", "budget_sentence_prediction",
-                  "--batch-size", 16, "--cpu", "--num-workers", 0])
-    metrics = parse_metrics([line for line in output.splitlines() if "valid on 'valid' subset" in line][-1])
-    assert metrics["bsz"] == 50 and 1 <= metrics["heads"] <= 4 and 0 < metrics["head_ratio"] < 1
-    assert metrics["explore_rate"] == 0
-    state = torch.load(save / "checkpoint_best.pt", weights_only=True)["model"]
-    router = [k for k in state if ".router." in k]
-    assert router and all(".budget_proj." in k for k in router)
-
-
 def test_fast_path_statistics_are_the_reference_paths_computed_when_read(monkeypatch):
     """On the fast path the selection, relevance and FLOPs of a prefix are computed only
     when read (serving reads none), and then equal the reference path's."""

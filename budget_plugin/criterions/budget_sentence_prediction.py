@@ -15,7 +15,7 @@ from fairseq.criterions.sentence_prediction import (
 )
 from fairseq.logging import metrics
 
-from ..config import require
+from ..config import OptionError, require
 
 
 @dataclass
@@ -61,6 +61,19 @@ class BudgetSentencePredictionConfig(SentencePredictionCriterionConfig):
     distill_temperature: float = field(
         default=2.0, metadata={"help": "with --distill-logits, the temperature T of both distributions"}
     )
+    sandwich_widths: int = field(
+        default=0,
+        metadata={
+            "help": "train every budget at once (for --head-selection nested; slimmable networks' "
+            "sandwich rule): besides the router's own budgets, every update also runs this many "
+            "fixed widths: every head, then the smallest (--min-heads in every layer), then "
+            "widths drawn uniformly per layer from [--min-heads, H]. Every width but the full one "
+            "(and the router's) is trained on (1 - w) * its task loss + w * T^2 * KL(full || width), "
+            "distilling the full width's logits in place (w, T: --distill-weight, "
+            "--distill-temperature; with --distill-logits, that teacher instead, for every "
+            "width). Each width costs about one more forward and backward. 0: off"
+        },
+    )
 
 
 def load_teacher_logits(path: str) -> Tensor:
@@ -69,12 +82,12 @@ def load_teacher_logits(path: str) -> Tensor:
         logits = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # only reading happens here: any failure is an unreadable file
         first = (str(e).splitlines() or [type(e).__name__])[0]
-        raise ValueError(f"--distill-logits {path}: cannot read it ({first})") from None
+        raise OptionError(f"--distill-logits {path}: cannot read it ({first})") from None
     if not isinstance(logits, Tensor) or logits.dim() != 2 or not logits.is_floating_point():
-        raise ValueError(f"--distill-logits {path}: expected a float tensor of N examples x classes, "
+        raise OptionError(f"--distill-logits {path}: expected a float tensor of N examples x classes, "
                          f"got {type(logits).__name__} {getattr(logits, 'shape', '')}")
     if not torch.isfinite(logits).all():
-        raise ValueError(f"--distill-logits {path}: holds NaN or infinite values")
+        raise OptionError(f"--distill-logits {path}: holds NaN or infinite values")
     return logits
 
 
@@ -100,7 +113,9 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
     rate * relevance entropy. The statistics come from the model's output
     (``extra["budget"]``, one dict per layer), the rate from the model's schedule.
     With ``--distill-logits`` the cross-entropy of training is mixed with a dense
-    teacher's distillation term (:meth:`distillation`). ``--report-mcc``,
+    teacher's distillation term (:meth:`distillation`). With ``--sandwich-widths N``
+    every update also trains N fixed widths (every head, the smallest, random ones),
+    so that one nested model serves every budget (:meth:`width_fit`). ``--report-mcc``,
     ``--report-acc-and-f1`` and ``--report-pearson-and-spearman`` report GLUE's
     metrics as ``sentence_prediction`` does, beside the budget statistics."""
 
@@ -113,31 +128,42 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
         self.budget_weight = cfg.budget_weight
         self.target_head_ratio = target
         self.exploration_weight = cfg.exploration_weight
+        require(cfg.sandwich_widths >= 0, "sandwich-widths", ">= 0", cfg.sandwich_widths)
+        self.sandwich_widths = cfg.sandwich_widths
         self.teacher = self.distill_weight = self.distill_temperature = None
         if cfg.distill_logits:
             require(not self.regression_target, "distill-logits", "unset with --regression-target", cfg.distill_logits)
+            self.teacher = load_teacher_logits(cfg.distill_logits)
+        if cfg.distill_logits or (cfg.sandwich_widths and not self.regression_target):
             require(0 <= cfg.distill_weight <= 1, "distill-weight", "in [0, 1]", cfg.distill_weight)
             require(cfg.distill_temperature > 0, "distill-temperature", "> 0", cfg.distill_temperature)
-            self.teacher = load_teacher_logits(cfg.distill_logits)
             self.distill_weight, self.distill_temperature = cfg.distill_weight, cfg.distill_temperature
 
     def forward(self, model, sample, reduce=True):
+        if not hasattr(model, "exploration"):
+            raise OptionError(
+                "criterion budget_sentence_prediction needs a model that returns budget "
+                "statistics (--arch budgetformer*); use sentence_prediction for others"
+            )
+        sandwich = bool(self.sandwich_widths) and model.training
+        # every head first: the other widths distil its logits (in place, detached)
+        full = self.width_logits(model, sample, None) if sandwich else None
         # the parent's forward gives the task loss, accuracy and GLUE's predictions
         # (--report-mcc ...) exactly as sentence_prediction does; it drops the model's
         # extra, which the recorder keeps
         recorder = _Recorder(model)
         task_loss, sample_size, logging_output = super().forward(recorder, sample, reduce)
         logits, extra = recorder.output
-        layers: List[Dict[str, Tensor]] = extra.get("budget")  # only the layers that ran
-        if layers is None or not hasattr(model, "exploration"):
-            raise ValueError(
-                "criterion budget_sentence_prediction needs a model that returns budget "
-                "statistics (--arch budgetformer*); use sentence_prediction for others"
-            )
+        layers: List[Dict[str, Tensor]] = extra["budget"]  # only the layers that ran
+        teacher = self.teacher_logits(sample, full, logits.size(1)) if model.training else None
         fit, distill_loss = task_loss, None
-        if self.teacher is not None and model.training:  # the logits are the training set's
-            distill_loss = self.distillation(logits, sample["id"])
+        if teacher is not None:
+            distill_loss = self.distillation(logits, teacher)
             fit = (1 - self.distill_weight) * task_loss + self.distill_weight * distill_loss
+        if sandwich:
+            width_loss = self.width_fit(model, sample, full, teacher)
+            fit = fit + width_loss
+            logging_output["width_loss"] = width_loss.data
 
         exploration = model.exploration()
         # on the logits' device: fairseq's all-reduce groups values by device
@@ -164,14 +190,59 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
             logging_output["distill_loss"] = distill_loss.data
         return loss, sample_size, logging_output
 
-    def distillation(self, logits: Tensor, ids: Tensor) -> Tensor:
+    def width_logits(self, model, sample, heads: Optional[List[int]]) -> Tensor:
+        """The classifier's logits with ``heads`` heads in each layer (None: every head)."""
+        counts = heads or [model.args.encoder_attention_heads] * model.args.encoder_layers
+        with model.forced_heads(counts):
+            logits, _ = model(**sample["net_input"], features_only=True,
+                              classification_head_name=self.classification_head_name)
+        return logits
+
+    def task_loss(self, logits: Tensor, sample) -> Tensor:
+        """The summed task loss, as the parent's forward computes it."""
+        targets = sample["target"].view(-1)
+        if self.regression_target:
+            return F.mse_loss(logits.view(-1).float(), targets.float(), reduction="sum")
+        return F.nll_loss(F.log_softmax(logits, dim=-1, dtype=torch.float32), targets, reduction="sum")
+
+    def width_fit(self, model, sample, full: Tensor, teacher: Optional[Tensor]) -> Tensor:
+        """The sandwich's widths, summed: the full width's task loss (mixed with the
+        cached teacher's, if any), then the smallest and random widths', each mixed
+        with the teacher's distillation. Random widths come from torch's generator,
+        which fairseq seeds per update."""
+        H, L, m = model.args.encoder_attention_heads, model.args.encoder_layers, model.budget.min_heads
+        widths = [[m] * L] + [torch.randint(m, H + 1, (L,)).tolist() for _ in range(self.sandwich_widths - 2)]
+        total = self.fitted(self.task_loss(full, sample), full, self.teacher_logits(sample, None, full.size(1)))
+        for heads in widths[: self.sandwich_widths - 1]:
+            logits = self.width_logits(model, sample, heads)
+            total = total + self.fitted(self.task_loss(logits, sample), logits, teacher)
+        return total
+
+    def fitted(self, task_loss: Tensor, logits: Tensor, teacher: Optional[Tensor]) -> Tensor:
+        if teacher is None:
+            return task_loss
+        return (1 - self.distill_weight) * task_loss + self.distill_weight * self.distillation(logits, teacher)
+
+    def teacher_logits(self, sample, full: Optional[Tensor], classes: int) -> Optional[Tensor]:
+        """The logits to distil for this (training) batch: the cached teacher's rows
+        (--distill-logits), else the full width's (the sandwich's), else none."""
+        if self.teacher is not None:
+            ids, teacher = sample["id"], self.teacher
+            if classes != teacher.size(1) or int(ids.max()) >= teacher.size(0):
+                raise OptionError(f"--distill-logits holds {teacher.size(0)} examples x {teacher.size(1)} classes; "
+                                 f"this batch has example ids up to {int(ids.max())} and {classes} classes")
+            return teacher.to(ids.device)[ids]
+        if full is None or self.regression_target:
+            return None
+        return full.detach()
+
+    def distillation(self, logits: Tensor, teacher: Tensor) -> Tensor:
         """T^2 * KL(teacher || model) of the softened class distributions, summed over the
         batch (Hinton et al. 2015: T^2 keeps its gradients on the cross-entropy's scale)."""
-        teacher, T = self.teacher, self.distill_temperature
-        if logits.size(1) != teacher.size(1) or int(ids.max()) >= teacher.size(0):
-            raise ValueError(f"--distill-logits holds {teacher.size(0)} examples x {teacher.size(1)} classes; "
-                             f"this batch has example ids up to {int(ids.max())} and {logits.size(1)} classes")
-        target = F.log_softmax(teacher.to(logits.device)[ids].float() / T, dim=-1)
+        T = self.distill_temperature
+        if logits.size(1) != teacher.size(1):
+            raise ValueError(f"the teacher has {teacher.size(1)} classes; the model {logits.size(1)}")
+        target = F.log_softmax(teacher.float() / T, dim=-1)
         model = F.log_softmax(logits.float() / T, dim=-1)
         return T * T * F.kl_div(model, target, reduction="sum", log_target=True)
 
@@ -238,5 +309,7 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
         metrics.log_scalar("flops_ratio", total("attn_flops") / flops_full, flops_full, round=3)
         for key in ("budget_term", "exploration_term", "relevance_entropy", "explore_rate", "temperature"):
             metrics.log_scalar(key, total(key) / nsentences, nsentences, round=4)
+        if any("width_loss" in log for log in logging_outputs):
+            metrics.log_scalar("width_loss", total("width_loss") / sample_size / math.log(2), sample_size, round=3)
         if any("distill_loss" in log for log in logging_outputs):
             metrics.log_scalar("distill_loss", total("distill_loss") / sample_size / math.log(2), sample_size, round=3)

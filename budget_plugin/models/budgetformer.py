@@ -3,7 +3,9 @@
 import contextlib
 import logging
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional, Sequence, Union
+
+import numpy
 
 import torch
 
@@ -16,7 +18,7 @@ from fairseq.modules import layer_norm as fairseq_layer_norm
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr, safe_hasattr
 
-from ..config import BudgetConfig, require
+from ..config import DIAL_RATIOS, BudgetConfig, HeadRatio, OptionError, parse_head_ratio, require
 from ..modules import BudgetedAttention, BudgetedEncoderLayer, Exploration, exploration_at
 from .hub_interface import BudgetFormerHubInterface, tokenizer_options
 
@@ -153,13 +155,29 @@ class BudgetFormerModel(RobertaModel):
                 module.eps = eps
         self.budget = encoder.sentence_encoder.budget  # the config the layers were built with
         self.num_updates = 0
+        if self.budget.predicts_budget:
+            # the budget dial's calibration: rows (mean head ratio, budget-logit shift that
+            # gives it on a named split), NaN until tools/calibration.py fills them
+            self.register_buffer("head_dial", torch.full((len(DIAL_RATIOS), 2), float("nan")))
+        layers, heads = args.encoder_layers, args.encoder_attention_heads
+        # --head-ratio (a task option, so that fairseq-validate parses it): applied once the
+        # weights, calibration included, are loaded (load_state_dict)
+        self.head_ratio = parse_head_ratio(safe_getattr(args, "head_ratio", None), layers, heads, self.budget.min_heads)
+        if self.head_ratio is not None and not self.budget.predicts_budget:
+            raise OptionError(f"--head-ratio needs a model with a budget predictor (--head-selection nested or "
+                              f"learned), not {self.budget.head_selection}")
+        if self.head_ratio is not None and self.head_ratio.counts is not None:  # needs no calibration
+            self.set_head_ratio(self.head_ratio)
 
     def upgrade_state_dict_named(self, state_dict, name):
         """Warm start: a RoBERTa state dict (every key but the head routers) loads as is;
         the routers keep their fresh initialisation, which starts at full budget, so
-        the warm-started model computes what RoBERTa computes."""
+        the warm-started model computes what RoBERTa computes. A checkpoint without a
+        budget dial's calibration loads uncalibrated."""
         super().upgrade_state_dict_named(state_dict, name)  # the children rename old keys
         prefix = name + "." if name else ""
+        if hasattr(self, "head_dial") and prefix + "head_dial" not in state_dict:
+            state_dict[prefix + "head_dial"] = torch.full_like(self.head_dial, float("nan"))
         router = {k: v for k, v in self.state_dict().items() if ".router." in k}
         new = [k for k in router if prefix + k not in state_dict]
         if new and len(new) == len(router):  # a checkpoint without routers: RoBERTa
@@ -222,14 +240,63 @@ class BudgetFormerModel(RobertaModel):
         return exploration_at(self.budget, self.num_updates, self.training)
 
     @contextlib.contextmanager
-    def forced_heads(self, heads: int) -> Iterator[None]:
+    def forced_heads(self, heads: Union[int, Sequence[int]]) -> Iterator[None]:
         """Inside ``with model.forced_heads(k):`` every layer runs exactly ``k`` heads for
-        every input (its most relevant ones); the learned budgets again after the block,
-        even when it raises. For benchmarks and ablations."""
+        every input (its most relevant ones; a list: one count per layer); the learned
+        budgets again after the block, even when it raises. For training every width
+        (the criterion's sandwich), benchmarks and ablations."""
+        attentions = list(self.budgeted_attentions())
+        counts = [heads] * len(attentions) if isinstance(heads, int) else list(heads)
+        if len(counts) != len(attentions):
+            raise ValueError(f"forced heads: {len(counts)} counts for {len(attentions)} layers")
         with contextlib.ExitStack() as stack:
-            for attention in self.budgeted_attentions():
-                stack.enter_context(attention.router.forced(heads))
+            for attention, count in zip(attentions, counts):
+                stack.enter_context(attention.router.forced(int(count)))
             yield
+
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        result = super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+        self.set_head_ratio(self.head_ratio)  # the dial reads the calibration just loaded
+        return result
+
+    def dial_shift(self, ratio: float) -> float:
+        """The budget-logit shift that gives mean head ratio ``ratio`` on the calibration
+        split, interpolated between the calibrated ratios (and held past their ends)."""
+        table = self.head_dial.detach().cpu().double()
+        if bool(table.isnan().any()):
+            raise OptionError(
+                "--head-ratio R needs the budget dial's calibration, which this checkpoint lacks: "
+                "run scripts/calibrate.py CHECKPOINT DATA_DIR (scripts/finetune.py does it), or give "
+                "fixed per-layer counts (--head-ratio 4,4,3,3,4,4)")
+        ratios, shifts = table[:, 0].tolist(), table[:, 1].tolist()
+        return float(numpy.interp(ratio, ratios, shifts))
+
+    def set_head_ratio(self, head_ratio: Optional[HeadRatio]):
+        """The budget dial at evaluation (None: the router's own budgets)."""
+        if head_ratio is None:
+            self.dial_routers(0.0, None)
+        elif head_ratio.counts is not None:
+            self.dial_routers(0.0, head_ratio.counts)
+        else:
+            self.dial_routers(self.dial_shift(head_ratio.ratio), None)
+
+    def dial_routers(self, shift: float, counts: Optional[Sequence[int]]):
+        """Every router's evaluation setting: its budget logits shifted by ``shift``, or
+        (``counts``, one per layer) a fixed count."""
+        for i, attention in enumerate(self.budgeted_attentions()):
+            attention.router.dial_shift = shift
+            attention.router.dial_heads = None if counts is None else int(counts[i])
+
+    @contextlib.contextmanager
+    def dialled(self, head_ratio) -> Iterator[None]:
+        """Inside ``with model.dialled("0.3"):`` (a --head-ratio value) the model runs at
+        that setting; at its own (--head-ratio, or none) after the block."""
+        H, L = self.args.encoder_attention_heads, self.args.encoder_layers
+        self.set_head_ratio(parse_head_ratio(head_ratio, L, H, self.budget.min_heads))
+        try:
+            yield
+        finally:
+            self.set_head_ratio(self.head_ratio)
 
 
 @register_model_architecture("budgetformer", "budgetformer")

@@ -1,6 +1,7 @@
 """Load a trained BudgetFormer in three lines, tokenize as its data was, and ask which
 heads it runs."""
 
+import contextlib
 import logging
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Union
@@ -70,20 +71,31 @@ class BudgetFormerHubInterface(RobertaHubInterface):
     takes the fast path (with autograd recording, a layer computes every head, for the
     gradients); wrap ``extract_features`` in ``torch.no_grad()`` for the same."""
 
-    @torch.no_grad()
-    def predict(self, head: str, tokens: torch.LongTensor, return_logits: bool = False):
-        return super().predict(head, tokens, return_logits=return_logits)
+    def dialled(self, head_ratio: Optional[str]):
+        """The model at budget dial ``head_ratio`` inside a ``with`` block (None: as loaded)."""
+        return contextlib.nullcontext() if head_ratio is None else self.model.dialled(head_ratio)
 
     @torch.no_grad()
-    def head_usage(self, tokens: torch.LongTensor) -> Union[List[Dict], List[List[Dict]]]:
-        """Per layer, the heads the model runs for this input and its budget.
+    def predict(self, head: str, tokens: torch.LongTensor, return_logits: bool = False,
+                head_ratio: Optional[str] = None):
+        """RoBERTa's ``predict``; ``head_ratio``: the budget dial for this call (a mean
+        head ratio of a calibrated checkpoint, or one count per layer, as --head-ratio)."""
+        with self.dialled(head_ratio):
+            return super().predict(head, tokens, return_logits=return_logits)
+
+    @torch.no_grad()
+    def head_usage(self, tokens: torch.LongTensor,
+                   head_ratio: Optional[str] = None) -> Union[List[Dict], List[List[Dict]]]:
+        """Per layer, the heads the model runs for this input and its budget (at the
+        budget dial ``head_ratio``, if given).
 
         ``tokens`` is one encoded input (1-D, as from :meth:`encode`) or a padded batch
         (2-D). Returns, for one input, a list over layers of
         ``{"heads": [selected head indices], "num_heads": k, "budget": b}``;
         for a batch, one such list per example."""
         single = tokens.dim() == 1
-        choice = head_choice(self.model, tokens.unsqueeze(0) if single else tokens)
+        with self.dialled(head_ratio):
+            choice = head_choice(self.model, tokens.unsqueeze(0) if single else tokens)
         usage = [
             [
                 {"heads": selected.nonzero().flatten().tolist(), "num_heads": int(heads), "budget": float(budget)}

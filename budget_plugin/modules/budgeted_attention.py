@@ -8,7 +8,7 @@ from typing import Mapping, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from fairseq.modules import MultiheadAttention
 
@@ -37,7 +37,14 @@ class BudgetedAttention(MultiheadAttention):
         super().__init__(embed_dim, num_heads, self_attention=True, **kwargs)
         self.router = HeadRouter(embed_dim, num_heads, cfg, fixed_heads)
         self.fast_path = cfg.attention_path == "fast"
-        self.nested = cfg.head_selection == "nested"
+        self.nested = cfg.runs_prefix
+        if cfg.head_selection == "pruned" and fixed_heads < num_heads:
+            # an exported model: the layer holds only its first k heads' weights (the
+            # rows of q/k/v, the columns of out_proj); num_heads stays H, for statistics
+            width = int(fixed_heads) * self.head_dim
+            bias = self.q_proj.bias is not None
+            self.q_proj, self.k_proj, self.v_proj = (nn.Linear(embed_dim, width, bias=bias) for _ in range(3))
+            self.out_proj = nn.Linear(width, embed_dim, bias=self.out_proj.bias is not None)
         self._head_major: Optional[Tuple[tuple, HeadMajorWeights]] = None
 
     def upgrade_state_dict_named(self, state_dict, name):
@@ -119,11 +126,13 @@ class BudgetedAttention(MultiheadAttention):
         return values
 
     def attend_all_heads(self, x: Tensor, key_padding_mask: Optional[Tensor], gate: Tensor) -> Tensor:
-        """Reference path: every head computed, each scaled by its gate before out_proj."""
-        q, k, v = (split_heads(proj(x), self.num_heads) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        """Reference path: every head computed (that the layer holds: all H but in a
+        pruned model), each scaled by its gate before out_proj."""
+        held = self.q_proj.out_features // self.head_dim
+        q, k, v = (split_heads(proj(x), held) for proj in (self.q_proj, self.k_proj, self.v_proj))
         dropout = self.dropout_module.p if self.training else 0.0
         heads = F.scaled_dot_product_attention(q, k, v, attn_mask=keep_mask(key_padding_mask), dropout_p=dropout)
-        heads = heads * gate.to(heads.dtype)[:, :, None, None]
+        heads = heads * gate[:, :held].to(heads.dtype)[:, :, None, None]
         return self.out_proj(merge_heads(heads))
 
     def attend_selected_heads(self, x: Tensor, key_padding_mask: Optional[Tensor], selected: Tensor,
@@ -142,10 +151,10 @@ class BudgetedAttention(MultiheadAttention):
                       every_head: bool = False) -> Tensor:
         """Fast path of --head-selection nested: example b runs heads 0..heads[b]-1, on
         views of the projections' own weights. The counts are read on the host (a
-        synchronisation on a GPU) unless they are forced."""
-        forced = self.router.forced_heads
-        counts = heads.tolist() if forced is None else forced
-        if every_head or (forced is None and min(counts) == self.num_heads):  # exactly fairseq's own attention
+        synchronisation on a GPU) unless they are fixed (forced, dialled or pruned)."""
+        fixed = self.router.fixed_count()
+        counts = heads.tolist() if fixed is None else fixed
+        if every_head or (fixed is None and min(counts) == self.num_heads):  # exactly fairseq's own attention
             return MultiheadAttention.forward(self, x, x, x, key_padding_mask=key_padding_mask, need_weights=False)[0]
         return prefix_heads.attend_prefix(x, key_padding_mask, counts, self.q_proj, self.k_proj, self.v_proj,
                                           self.out_proj, self.num_heads)

@@ -27,6 +27,12 @@ reads as the heads run.
 
 The baselines (``--head-selection static|random|kept``) replace the predictor by a fixed
 budget per layer: one learned relevance shared by every input, uniform draws, or named heads.
+``pruned`` (an exported nested model) runs the prefix its layer holds, always.
+
+At evaluation the budget can be dialled (``--head-ratio``, set through the model):
+``dial_shift`` is added to the budget logit of every input (a calibrated shift,
+tools/calibration.py, moves the mean without undoing the per-input differences), or
+``dial_heads`` runs a fixed count with no predictor.
 
 Every logit is multiplied by ``--router-scale`` (10 by default), a reparametrization that
 lets the router move faster than the pretrained weights under one learning rate.
@@ -90,7 +96,7 @@ class HeadRouter(nn.Module):
             self.relevance_proj = nn.Linear(embed_dim, num_heads)
         if cfg.predicts_budget:
             self.budget_proj = nn.Linear(embed_dim, 1)
-        if cfg.head_selection == "nested":  # the rank of every head, once (not in checkpoints)
+        if cfg.runs_prefix:  # the rank of every head, once (not in checkpoints)
             self.register_buffer("position", torch.arange(num_heads), persistent=False)
         if cfg.head_selection == "static":  # one relevance for every input
             self.static_logits = nn.Parameter(torch.zeros(num_heads))
@@ -103,6 +109,8 @@ class HeadRouter(nn.Module):
         self._generator: Optional[torch.Generator] = None
         self.num_updates = 0
         self.forced_heads: Optional[int] = None  # only inside forced()
+        self.dial_shift = 0.0  # evaluation only: added to the budget logit (the model's set_head_ratio)
+        self.dial_heads: Optional[int] = None  # evaluation only: a fixed count, no predictor
         self.reset_parameters()
 
     @property
@@ -164,6 +172,15 @@ class HeadRouter(nn.Module):
         finally:
             self.forced_heads = None
 
+    def fixed_count(self) -> Optional[int]:
+        """The count every input runs, when it does not depend on the input: forced,
+        dialled to a count (at evaluation), or the heads a pruned layer holds."""
+        if self.forced_heads is not None:
+            return self.forced_heads
+        if self.cfg.head_selection == "pruned":
+            return int(self.fixed_heads)
+        return None if self.training else self.dial_heads
+
     def rank_heads(self, logits: Tensor, exploration: Exploration) -> Tensor:
         """Rank of every head (0 = most relevant), explored while training.
 
@@ -192,14 +209,17 @@ class HeadRouter(nn.Module):
     def predict_budget(self, summary: Tensor) -> Tensor:
         """b(x) = m + (H - m) sigmoid(s (w_b . summary + c_b)): B, float32."""
         H, m = self.num_heads, self.cfg.min_heads
-        return m + (H - m) * torch.sigmoid(self.cfg.router_scale * self.budget_proj(summary).float().squeeze(-1))
+        logit = self.cfg.router_scale * self.budget_proj(summary).float().squeeze(-1)
+        if not self.training and self.dial_shift:
+            logit = logit + self.dial_shift
+        return m + (H - m) * torch.sigmoid(logit)
 
     def forward(self, x: Tensor, key_padding_mask: Optional[Tensor], gate: bool = True) -> HeadRoute:
         """x: T x B x C (the attention's input). ``gate=False`` skips the gates (the fast
         path runs the selection itself, and the gates are a dozen small ops a layer)."""
         H, m, B = self.num_heads, self.cfg.min_heads, x.size(1)
         selection, scale = self.cfg.head_selection, self.cfg.router_scale
-        if selection == "nested":
+        if self.cfg.runs_prefix:
             return self.nested(x, key_padding_mask, gate)
         exploration = exploration_at(self.cfg, self.num_updates, self.training)
         if selection == "learned":
@@ -221,9 +241,10 @@ class HeadRouter(nn.Module):
                 heads = math.floor(self.fixed_heads) + (self.uniform_draw(B, x.device) < fraction).long()
         every_head = m >= H or {"learned": False, "static": round(self.fixed_heads) >= H,
                                 "random": self.fixed_heads >= H, "kept": self.fixed_heads >= H}[selection]
-        if self.forced_heads is not None:
-            heads = torch.full_like(heads, self.forced_heads)
-            every_head = self.forced_heads == H
+        fixed = self.fixed_count()
+        if fixed is not None:
+            heads = torch.full_like(heads, fixed)
+            every_head = fixed == H
         relevance = torch.softmax(logits / exploration.temperature, dim=-1)
         if selection == "random":
             rank = ranks(self.uniform_draw((B, H), x.device))
@@ -241,18 +262,20 @@ class HeadRouter(nn.Module):
         return HeadRoute(budget, heads, selected, gates, relevance, every_head)
 
     def nested(self, x: Tensor, key_padding_mask: Optional[Tensor], gate: bool) -> HeadRoute:
-        """--head-selection nested: the budget as 'learned' predicts it, the heads a
-        prefix of the layer's order. Nothing is ranked or explored; the gates are the
-        hard prefix plus the straight-through soft count mask. A forced count runs no
-        predictor: the budget is that count (and the gates carry no gradient to it).
-        Without gates (the fast path), the counts alone: the rest is :meth:`prefix`."""
+        """--head-selection nested (and pruned): the budget as 'learned' predicts it, the
+        heads a prefix of the layer's order. Nothing is ranked or explored; the gates
+        are the hard prefix plus the straight-through soft count mask. A fixed count
+        (forced, dialled, or a pruned layer's) runs no predictor: the budget is that
+        count (and the gates carry no gradient to it). Without gates (the fast path),
+        the counts alone: the rest is :meth:`prefix`."""
         H, m, B = self.num_heads, self.cfg.min_heads, x.size(1)
-        if self.forced_heads is None:
+        fixed = self.fixed_count()
+        if fixed is None:
             budget = self.predict_budget(summarize(x, key_padding_mask, self.cfg.budget_pooling))
             heads, every_head = budget.round().long(), m >= H  # b is in [m, H]: no clamp
         else:
-            budget = x.new_full((B,), float(self.forced_heads), dtype=torch.float)
-            heads, every_head = torch.full((B,), self.forced_heads, device=x.device), self.forced_heads == H
+            budget = x.new_full((B,), float(fixed), dtype=torch.float)
+            heads, every_head = torch.full((B,), fixed, device=x.device), fixed == H
         if not gate:
             return HeadRoute(budget, heads, None, None, None, every_head)
         selected, relevance = self.prefix(heads)

@@ -1,7 +1,12 @@
 """Sentence(-pair) classification and regression that scores every evaluation example,
 and says in one line when a data folder or split cannot serve what is asked of it."""
 
+import contextlib
 import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+from omegaconf import OmegaConf, open_dict
 
 from fairseq.data import indexed_dataset
 from fairseq.tasks import register_task
@@ -17,13 +22,35 @@ class DataSplitError(SystemExit):
         super().__init__(f"error: {message}")
 
 
-@register_task("budget_sentence_prediction", dataclass=SentencePredictionConfig)
+@dataclass
+class BudgetSentencePredictionConfig(SentencePredictionConfig):
+    head_ratio: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "the budget dial, for evaluation (fairseq-validate, the hub): a BudgetFormer "
+            "checkpoint runs its per-input budgets shifted to this mean head ratio R in (0, 1] "
+            "(the shift calibrated on a split and stored in the checkpoint: scripts/calibrate.py; "
+            "1 runs every head with no router), or, given one whole number per layer "
+            "('4,4,3,3,4,4'), that many heads in each layer with no router (the static twin). "
+            "A task option, so that fairseq-validate parses it; it is handed to the model"
+        },
+    )
+
+
+@register_task("budget_sentence_prediction", dataclass=BudgetSentencePredictionConfig)
 class BudgetSentencePredictionTask(SentencePredictionTask):
     """fairseq's ``sentence_prediction`` (same options and data layout: ``input0/``,
     optional ``input1/``, ``label/``), except that validation and test sets are scored
-    in full, and that a missing folder or split, or scoring a split without labels, is
-    refused in one line. (BudgetFormer's options, its exploration schedule included,
-    are model options; any model trains with this task.)"""
+    in full, that a missing folder or split, or scoring a split without labels, is
+    refused in one line, and that ``--head-ratio`` dials a BudgetFormer's budget.
+    (BudgetFormer's options, its exploration schedule included, are model options;
+    any model trains with this task.)"""
+
+    def build_model(self, cfg, from_checkpoint=False):
+        if self.cfg.head_ratio is not None:  # a model option fairseq-validate could not parse
+            with open_dict(cfg) if OmegaConf.is_config(cfg) else contextlib.nullcontext():
+                cfg.head_ratio = self.cfg.head_ratio
+        return super().build_model(cfg, from_checkpoint)
 
     @classmethod
     def setup_task(cls, cfg, **kwargs):

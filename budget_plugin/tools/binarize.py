@@ -161,3 +161,8 @@ def count_binarized(prefix: Path) -> Optional[int]:
     if not indexed_dataset.MMapIndexedDataset.exists(str(prefix)):
         return None
     return len(indexed_dataset.MMapIndexedDataset(str(prefix)))
+
+
+def num_classes(data: Path) -> int:
+    """The classes of a binarized classification data set: its label dictionary's entries."""
+    return sum(1 for line in (data / "label" / "dict.txt").read_text().splitlines() if line.strip())

@@ -148,15 +148,17 @@ def validate(
     batch_size: int = 64,
     log_path: Optional[Path] = None,
     threads: Optional[int] = None,
+    head_ratio: Optional[str] = None,
 ) -> Dict[str, Dict[str, float]]:
     """Score a checkpoint on every example of each subset with one fairseq-validate
     run (the criterion: the task's name unless given): ``{subset: metrics}``, ``bsz`` the number
     of examples scored. One process pays fairseq's start-up once; a subset's draws of
-    ``--head-selection random`` then depend on the subsets before it."""
+    ``--head-selection random`` then depend on the subsets before it. ``head_ratio``: the budget dial (--head-ratio)."""
     output = run([
         "fairseq-validate", data, "--user-dir", PLUGIN_DIR, "--path", checkpoint, "--task", task,
         "--criterion", criterion or task, "--valid-subset", ",".join(subsets), "--batch-size", batch_size,
         "--required-batch-size-multiple", 1, "--cpu", "--num-workers", 0,
+        *([] if head_ratio is None else ["--head-ratio", head_ratio]),
     ], log_path=log_path, threads=threads)
     scores = {}
     for subset in subsets:

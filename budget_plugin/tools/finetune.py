@@ -78,11 +78,7 @@ def command(system: str, data: Path, model_dir: Path, save_dir: Path, recipe: Re
                  "--target-head-ratio", recipe.target_head_ratio, "--budget-weight", recipe.budget_weight]
         if recipe.start_at_budget:
             model += ["--initial-budget", recipe.target_head_ratio * heads]
-    every = recipe.validate_interval_updates
-    # mid-epoch validations only count if a checkpoint may be saved with them; one
-    # interval checkpoint is kept besides the best
-    interval = ["--validate-interval-updates", every, "--save-interval-updates", every,
-                "--keep-interval-updates", 1] if every else []
+    interval = checkpoint_options(recipe)
     # --user-dir (in train_options) for both: it lets torch's safe loader read fairseq
     # checkpoints, and its task scores every validation example
     return [
@@ -90,9 +86,17 @@ def command(system: str, data: Path, model_dir: Path, save_dir: Path, recipe: Re
                        seed=recipe.seed, num_classes=num_classes, batch_size=recipe.batch_size,
                        log_interval=recipe.log_interval),
         "--task", "budget_sentence_prediction", *model, "--max-epoch", recipe.epochs, *interval,
-        *([] if recipe.save_optimizer else ["--no-save-optimizer-state"]),
         "--restore-file", model_dir / "model.pt", "--reset-optimizer", "--reset-dataloader", "--reset-meters",
     ]
+
+
+def checkpoint_options(recipe: Recipe) -> list:
+    """When dev is scored and what is saved. Mid-epoch validations only count if a
+    checkpoint may be saved with them; one interval checkpoint is kept besides the best."""
+    every = recipe.validate_interval_updates
+    interval = ["--validate-interval-updates", every, "--save-interval-updates", every,
+                "--keep-interval-updates", 1] if every else []
+    return interval + ([] if recipe.save_optimizer else ["--no-save-optimizer-state"])
 
 
 def convert(source: Path, model_dir: Path, log: Callable[[str], None]) -> Path:

@@ -13,6 +13,9 @@ def add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint-file", default="checkpoint_best.pt")
     parser.add_argument("--data", required=True, type=Path,
                         help="the binarized data folder (dictionaries, and the tokenizer the data was prepared with)")
+    parser.add_argument("--head-ratio",
+                        help="the budget dial: a mean head ratio R (a calibrated checkpoint: scripts/calibrate.py), "
+                        "or one head count per layer (4,4,3,3,4,4); default: the router's own budgets")
 
 
 def load_hub(args: argparse.Namespace):
@@ -22,4 +25,6 @@ def load_hub(args: argparse.Namespace):
         raise DataError(f"--checkpoint-dir {args.checkpoint_dir}: no {args.checkpoint_file} in it")
     if not (args.data / "input0" / "dict.txt").is_file():
         raise DataError(f"--data {args.data}: not a binarized data folder (no input0/dict.txt)")
-    return BudgetFormerModel.from_pretrained(str(args.checkpoint_dir), args.checkpoint_file, str(args.data.resolve()))
+    dial = {} if getattr(args, "head_ratio", None) is None else {"head_ratio": args.head_ratio}
+    return BudgetFormerModel.from_pretrained(str(args.checkpoint_dir), args.checkpoint_file, str(args.data.resolve()),
+                                             **dial)

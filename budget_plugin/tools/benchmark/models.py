@@ -29,6 +29,8 @@ def randomise_relevance(model, seed: int = 0):
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for attention in model.budgeted_attentions():
+            if not hasattr(attention.router, "relevance_proj"):  # nested: its heads run in order
+                continue
             w = attention.router.relevance_proj.weight
             w.copy_(torch.randn(w.shape, generator=generator).to(w))
 
@@ -37,11 +39,14 @@ def randomise_relevance(model, seed: int = 0):
 def static_twin(budget, tokens):
     """The static-budget twin of a trained model, the yardstick of its learned budget:
     every layer runs, for every input, the learned budget's mean heads on ``tokens``
-    (rounded), namely the heads of highest mean relevance: one head set for the batch."""
+    (rounded), namely the heads of highest mean relevance (a nested model's first heads):
+    one head set for the batch."""
     with torch.no_grad():
         _, extra = budget(tokens, features_only=True)
     stats = sorted(extra["budget"], key=lambda s: s["layer"])
     fixed = ",".join(str(round(s["heads"].float().mean().item())) for s in stats)
+    if budget.budget.runs_prefix:  # nested: the same model at those counts, its first heads (no router)
+        return twin(budget, head_ratio=fixed)
     static = twin(budget, head_selection="static", fixed_heads=fixed)
     with torch.no_grad():
         for attention, s in zip(static.budgeted_attentions(), stats):

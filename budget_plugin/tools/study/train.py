@@ -15,7 +15,7 @@ from typing import List, Optional
 import torch
 
 from .. import finetune
-from ..binarize import count_binarized
+from ..binarize import count_binarized, num_classes
 from ..fairseq_cli import run as run_command, validate
 from ..files import write_json
 from ..importance import head_importance
@@ -27,10 +27,6 @@ IMPORTANCE_EXAMPLES = 2048  # importance averaged over the first 2048 training e
 # the teacher's logits and the importance are computed in this process, one at a time:
 # fairseq's checkpoint loading is not known to be thread-safe (they take seconds)
 IN_PROCESS = threading.Lock()
-
-
-def num_classes(data: Path) -> int:
-    return sum(1 for line in (data / "label" / "dict.txt").read_text().splitlines() if line.strip())
 
 
 def heads_per_layer(metrics: dict) -> List[float]:

@@ -1,0 +1,86 @@
+"""The budget dial's calibration (``--head-ratio R``): for each of ``DIAL_RATIOS``, the
+shift of every layer's budget logit that makes the mean head ratio over a split's
+examples R. One shift for all layers and inputs moves the mean and keeps what the
+router learned: which inputs and layers get more heads than others.
+
+A layer's budget depends on the layers before it (they ran fewer heads when shifted),
+so the shifts are found on the model's own runs, by bisection (the mean ratio only
+grows with the shift), each ratio's search starting from the one below it. The table
+is stored in the checkpoint (the model's ``head_dial`` buffer), so that serving needs
+no data; the model interpolates between its rows."""
+
+import io
+from pathlib import Path
+from typing import Callable, List, Sequence
+
+import torch
+
+from ..config import DIAL_RATIOS
+from .checkpoints import load_checkpoint, read
+from .errors import DataError
+from .files import write_atomic
+from .measure import split_batches, tokens
+
+SHIFT_BOUND = 40.0  # |shift| past which sigmoid's budget is at its ends for any router logit
+TOLERANCE = 0.002  # a ratio within this of its aim ends the search
+
+
+@torch.no_grad()
+def mean_ratio(model, batches: Sequence[dict]) -> float:
+    """The mean head ratio over the batches' examples and the model's layers."""
+    heads, slots = 0.0, 0
+    for sample in batches:
+        _, extra = model(tokens(sample), features_only=True)
+        for layer in extra["budget"]:
+            heads += float(layer["heads"].sum())
+            slots += layer["heads"].numel() * model.args.encoder_attention_heads
+    return heads / slots
+
+
+def calibrate(model, batches: Sequence[dict], ratios: Sequence[float] = DIAL_RATIOS,
+              steps: int = 24, log: Callable[[str], None] = lambda _: None) -> torch.Tensor:
+    """len(ratios) x 2: each ratio and the shift that gives it on ``batches`` (the
+    closest the search found in ``steps`` bisections). ``model`` is in eval mode; its
+    own dial setting is restored afterwards."""
+    rows: List[List[float]] = []
+    low = -SHIFT_BOUND
+    try:
+        for aim in sorted(ratios):
+            high, best = SHIFT_BOUND, None
+            for _ in range(steps):
+                shift = (low + high) / 2
+                model.dial_routers(shift, None)
+                found = mean_ratio(model, batches)
+                if best is None or abs(found - aim) < abs(best[1] - aim):
+                    best = (shift, found)
+                if abs(found - aim) <= TOLERANCE:
+                    break
+                low, high = (shift, high) if found < aim else (low, shift)
+            log(f"head ratio {aim:.2f}: shift {best[0]:+.3f} gives {best[1]:.4f}")
+            rows.append([aim, best[0]])
+            low = best[0] - 1.0  # the next ratio's shift is larger (less the search's slack)
+    finally:
+        model.set_head_ratio(model.head_ratio)
+    return torch.tensor(rows)
+
+
+def calibrate_checkpoint(checkpoint: Path, data: Path, split: str = "valid", batch_size: int = 64,
+                         log: Callable[[str], None] = print) -> torch.Tensor:
+    """Calibrate a checkpoint's dial on ``split`` of ``data`` and store the table in the
+    checkpoint (rewritten atomically). Returns the table."""
+    model, task = load_checkpoint(checkpoint, data)
+    if not hasattr(model, "head_dial"):
+        raise DataError(f"checkpoint {checkpoint}: no budget predictor to calibrate "
+                        "(--head-selection nested or learned)")
+    if model.head_ratio is not None:
+        raise DataError("calibrate without --head-ratio: the dial is what is being calibrated")
+    batches = split_batches(task, batch_size, split)
+    if not batches:
+        raise DataError(f"{data}: split '{split}' has no examples")
+    table = calibrate(model, batches, log=log)
+    state = read(checkpoint)
+    state["model"]["head_dial"] = table.to(state["model"].get("head_dial", table).dtype)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    write_atomic(checkpoint, buffer.getvalue())
+    return table
