@@ -3,18 +3,18 @@
 serves every head budget, dialled at serving time.
 
 Runs, through fairseq-train: the dense fine-tuning (fairseq's ``roberta``), the heads'
-importance, their reordering (so that a budget is a prefix of the most important heads),
-the nested fine-tuning (every budget at once), and the calibration of the budget dial
-on dev; then scores the nested model on dev at several ``--head-ratio`` with
-fairseq-validate. Prints each fairseq command and fairseq's progress; a step that
-finished is never run again, so the same command resumes where it stopped
-(budget_plugin/tools/nested_recipe.py). Leaves SAVE_DIR/dense/checkpoint_best.pt and
-SAVE_DIR/nested/checkpoint_best.pt.
+importance, their reordering (so that a budget is a prefix of the most important
+heads), the nested fine-tuning (every budget at once), and the calibration of the
+budget dial on dev; then scores the nested model on dev at several ``--head-ratio`` (in
+this process, as fairseq-validate scores them). Prints each fairseq command and
+fairseq's progress; a step that finished is never run again, so the same command
+resumes where it stopped (budget_plugin/tools/nested_recipe.py). Leaves
+SAVE_DIR/dense/checkpoint_best.pt and SAVE_DIR/nested/checkpoint_best.pt.
 
-    python scripts/convert_bert.py BERT_DIR models/mine          # or --minilm
-    python scripts/prepare_glue.py RAW_DIR data/mine --wordpiece models/mine ...
-    python scripts/finetune.py models/mine data/mine/TASK-bin checkpoints/mine
-    fairseq-validate data/mine/TASK-bin --user-dir budget_plugin --task budget_sentence_prediction \\
+    python scripts/convert_bert.py BERT_FOLDER models/mine
+    python scripts/prepare_glue.py --glue-dir RAW --out-dir data/mine --wordpiece models/mine --labelled-test
+    python scripts/finetune.py models/mine data/mine/SST-2-bin checkpoints/mine
+    fairseq-validate data/mine/SST-2-bin --user-dir budget_plugin --task budget_sentence_prediction \\
         --criterion budget_sentence_prediction --path checkpoints/mine/nested/checkpoint_best.pt --head-ratio 0.3
 """
 
@@ -28,7 +28,9 @@ logging.basicConfig(level=logging.WARNING)  # before fairseq sets up INFO loggin
 from budget_plugin.tools import finetune  # noqa: E402
 from budget_plugin.tools.binarize import num_classes  # noqa: E402
 from budget_plugin.tools.errors import DataError, run_cli  # noqa: E402
-from budget_plugin.tools.fairseq_cli import CommandFailed, validate  # noqa: E402
+from budget_plugin.tools.checkpoints import load_checkpoint  # noqa: E402
+from budget_plugin.tools.fairseq_cli import CommandFailed  # noqa: E402
+from budget_plugin.tools.measure import accuracy_and_ratio, split_batches  # noqa: E402
 from budget_plugin.tools.nested_recipe import NestedRecipe, finetune_nested  # noqa: E402
 from budget_plugin.tools.progress import log  # noqa: E402
 
@@ -68,14 +70,18 @@ def main(argv=None) -> int:
         budgets = NestedRecipe(lr=args.lr, max_updates=args.max_updates, min_heads=args.min_heads,
                                sandwich_widths=args.sandwich_widths)
         best = finetune_nested(args.model_dir, args.data_dir, args.save_dir, recipe, budgets, log, args.threads)
-        task = "budget_sentence_prediction"
-        dense = validate(best["dense"], args.data_dir, ["valid"], task=task, criterion="sentence_prediction")
-        log(f"dev accuracy: dense {dense['valid']['accuracy']:.1f}")
-        heads = finetune.encoder_args(args.model_dir / "model.pt").encoder_attention_heads
+        dense, task = load_checkpoint(best["dense"], args.data_dir)
+        dev = split_batches(task, 64, "valid")
+        log(f"dev accuracy: dense {accuracy_and_ratio(dense, dev)[0]:.2f}")
+        nested, _ = load_checkpoint(best["nested"], args.data_dir)
+        heads = nested.args.encoder_attention_heads
         for ratio in [r for r in DIAL if float(r) >= args.min_heads / heads]:  # none below the smallest width
-            found = validate(best["nested"], args.data_dir, ["valid"], task=task, head_ratio=ratio)["valid"]
-            log(f"dev accuracy: nested --head-ratio {ratio}: {found['accuracy']:.1f} "
-                f"(head ratio {found['head_ratio']:.3f})")
+            with nested.dialled(ratio):
+                accuracy, found = accuracy_and_ratio(nested, dev)
+            log(f"dev accuracy: nested --head-ratio {ratio}: {accuracy:.2f} (head ratio {found:.3f})")
+        log("the same with fairseq-validate: fairseq-validate DATA --user-dir budget_plugin --task "
+            "budget_sentence_prediction --criterion budget_sentence_prediction --path "
+            f"{best['nested']} --head-ratio R")
 
     return run_cli(body, failures=(CommandFailed,))
 

@@ -118,7 +118,7 @@ def test_a_user_dials_exports_and_predicts_with_the_demos_model(quick):
     data, model = root / "QUICK-bin", root / "model"
     again = script("finetune.py", model, data, checkpoints, "--min-heads", 1)
     assert "dense: done before" in again and "nested: done before" in again and "$ fairseq-train" not in again
-    assert "--head-ratio 0.5: " in again and "(head ratio 0.500)" in again
+    assert "dev accuracy: dense " in again and "(head ratio 0.500)" in again
     assert "width_loss" in (checkpoints / "nested" / "train.log").read_text(), "the sandwich trained every width"
     order = json.loads((checkpoints / "order.json").read_text())
     importance = torch.tensor(json.loads((checkpoints / "importance.json").read_text()))

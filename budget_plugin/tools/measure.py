@@ -41,6 +41,21 @@ def count_flops(model, batches: Sequence[dict]) -> MeasuredFlops:
 
 
 @torch.no_grad()
+def accuracy_and_ratio(model, batches: Sequence[dict]) -> Tuple[float, float]:
+    """Accuracy (%) over the batches' examples, and the mean head ratio the model ran (1
+    for a model without head budgets)."""
+    correct = examples = heads = slots = 0
+    for sample in batches:
+        logits, extra = classify(model, tokens(sample))
+        correct += int((logits.argmax(-1) == sample["target"].view(-1)).sum())
+        examples += logits.size(0)
+        for layer in extra.get("budget") or []:
+            heads += float(layer["heads"].sum())
+            slots += layer["heads"].numel() * model.args.encoder_attention_heads
+    return 100 * correct / examples, (heads / slots if slots else 1.0)
+
+
+@torch.no_grad()
 def latencies(models, batches: Sequence[dict], repeats: int) -> List[float]:
     """Seconds per pass over the batches, per model: median of ``repeats`` rounds after
     one warm-up round, the models interleaved (and rotated) within each round, so that
