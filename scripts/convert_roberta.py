@@ -31,7 +31,7 @@ def convert(state: dict) -> dict:
     """The checkpoint with a BudgetFormer's options and weights (routers new, at full budget)."""
     model = as_budgetformer(state)
     weights, converted = state["model"], model.state_dict()
-    new = sorted(set(converted) - set(weights))
+    new = sorted(k for k in set(converted) - set(weights) if ".router." in k)  # (and the dial's empty calibration)
     dropped = sorted(set(weights) - set(converted))
     print(f"kept {len(weights) - len(dropped)} RoBERTa tensors unchanged; new (router, full budget): "
           f"{len(new)} ({', '.join(new[:2])}, ...); dropped: {dropped or 'none'}")

@@ -76,7 +76,8 @@ def test_quick_demo_runs_offline_end_to_end(quick):
     # the model and data were made, converted and prepared here, nothing fetched
     assert sorted(p.name for p in root.iterdir()) == ["QUICK-bin", "bert", "model", "raw"]
     assert (root / "model" / "dict.txt").read_text() == (root / "QUICK-bin" / "input0" / "dict.txt").read_text()
-    for step in ("step 1/5", "step 2/5", "step 3/5", "step 4/5", "step 5/5", "dense: $ fairseq-train",
+    for step in ("step 1/5", "step 2/5", "step 3/5", "step 4/5", "step 5/5", "recipe 1/5", "recipe 5/5",
+                 "dense: $ fairseq-train",
                  "nested: $ fairseq-train", "valid on 'valid'"):
         assert step in output, step
 

@@ -127,3 +127,40 @@ def test_a_reordered_dense_model_runs_its_most_important_heads_as_a_nested_prefi
             features, logits, extra = outputs(nested, tokens)
         assert all(layer["selected"][:, :k].all() and not layer["selected"][:, k:].any() for layer in extra["budget"])
         torch.testing.assert_close(logits, outputs(kept, tokens)[1], rtol=1e-5, atol=1e-5)
+
+
+def test_importance_is_the_models_own_gradient_whatever_the_twins_router():
+    """Michel et al.'s |dL/d gate| through the importance twin equals the stock model's
+    own gradient: the twin's router (freshly initialised, so different on every call)
+    adds no straight-through gradient of its own."""
+    import torch.nn.functional as F
+
+    from budget_plugin.tools.building import build_model, twin
+    from budget_plugin.tools.importance import importance_of
+    from conftest import random_tokens
+
+    torch.manual_seed(0)
+    model = build_model("budgetformer_tiny", 50, num_classes=2, max_positions=64).eval()
+    batches = [{"net_input": {"src_tokens": random_tokens()}, "target": torch.tensor([0, 1, 1, 0, 1, 0])}]
+    torch.manual_seed(1)
+    first = importance_of(model, batches)
+    torch.manual_seed(2)
+    assert torch.equal(importance_of(model, batches), first)
+
+    stock = twin(model, "roberta")  # fairseq's own attention: gate each head by hand
+    gates = []
+
+    def gate(module, inputs):
+        (x,) = inputs
+        g = torch.ones(x.size(1), 4, requires_grad=True)
+        gates.append(g)
+        return (x * g.repeat_interleave(x.size(-1) // 4, dim=1),)
+
+    for layer in stock.encoder.sentence_encoder.layers:
+        layer.self_attn.onnx_trace = True  # fairseq's Python path, which calls out_proj (the fused one does not)
+        layer.self_attn.out_proj.register_forward_pre_hook(gate)
+    logits, _ = stock(batches[0]["net_input"]["src_tokens"], classification_head_name="sentence_classification_head")
+    grads = torch.autograd.grad(F.cross_entropy(logits, batches[0]["target"], reduction="sum"), gates)
+    expected = torch.stack([g.abs().sum(0) for g in grads]) / 6
+    expected = expected / expected.norm(dim=1, keepdim=True)
+    assert torch.allclose(first, expected, atol=1e-5), (first, expected)

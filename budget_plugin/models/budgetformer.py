@@ -157,8 +157,8 @@ class BudgetFormerModel(RobertaModel):
         self.num_updates = 0
         if self.budget.predicts_budget:
             # the budget dial's calibration: rows (mean head ratio, budget-logit shift that
-            # gives it on a named split), NaN until tools/calibration.py fills them
-            self.register_buffer("head_dial", torch.full((len(DIAL_RATIOS), 2), float("nan")))
+            # gives it on a named split), zeros (no ratio) until tools/calibration.py fills them
+            self.register_buffer("head_dial", torch.zeros(len(DIAL_RATIOS), 2))
         layers, heads = args.encoder_layers, args.encoder_attention_heads
         # --head-ratio (a task option, so that fairseq-validate parses it): applied once the
         # weights, calibration included, are loaded (load_state_dict)
@@ -177,7 +177,7 @@ class BudgetFormerModel(RobertaModel):
         super().upgrade_state_dict_named(state_dict, name)  # the children rename old keys
         prefix = name + "." if name else ""
         if hasattr(self, "head_dial") and prefix + "head_dial" not in state_dict:
-            state_dict[prefix + "head_dial"] = torch.full_like(self.head_dial, float("nan"))
+            state_dict[prefix + "head_dial"] = torch.zeros_like(self.head_dial)
         router = {k: v for k, v in self.state_dict().items() if ".router." in k}
         new = [k for k in router if prefix + k not in state_dict]
         if new and len(new) == len(router):  # a checkpoint without routers: RoBERTa
@@ -263,7 +263,7 @@ class BudgetFormerModel(RobertaModel):
         """The budget-logit shift that gives mean head ratio ``ratio`` on the calibration
         split, interpolated between the calibrated ratios (and held past their ends)."""
         table = self.head_dial.detach().cpu().double()
-        if bool(table.isnan().any()):
+        if not bool((table[:, 0] > 0).all()):  # no calibrated ratio
             raise OptionError(
                 "--head-ratio R needs the budget dial's calibration, which this checkpoint lacks: "
                 "run scripts/calibrate.py CHECKPOINT DATA_DIR (scripts/finetune.py does it), or give "

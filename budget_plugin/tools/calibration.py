@@ -5,13 +5,13 @@ router learned: which inputs and layers get more heads than others.
 
 A layer's budget depends on the layers before it (they ran fewer heads when shifted),
 so the shifts are found on the model's own runs, by bisection (the mean ratio only
-grows with the shift), each ratio's search starting from the one below it. The table
+grows with the shift), each search starting from what the earlier ones found. The table
 is stored in the checkpoint (the model's ``head_dial`` buffer), so that serving needs
 no data; the model interpolates between its rows."""
 
 import io
 from pathlib import Path
-from typing import Callable, List, Sequence
+from typing import Callable, Dict, List, Sequence
 
 import torch
 
@@ -40,31 +40,37 @@ def mean_ratio(model, batches: Sequence[dict]) -> float:
 def calibrate(model, batches: Sequence[dict], ratios: Sequence[float] = DIAL_RATIOS,
               steps: int = 24, log: Callable[[str], None] = lambda _: None) -> torch.Tensor:
     """len(ratios) x 2: each ratio and the shift that gives it on ``batches`` (the
-    closest the search found in ``steps`` bisections). ``model`` is in eval mode; its
-    own dial setting is restored afterwards."""
+    closest found in at most ``steps`` runs a ratio). Every run's result is kept, so
+    that each search starts from the tightest bracket the earlier ones left. ``model``
+    is in eval mode; its own dial setting is restored afterwards."""
+    seen: Dict[float, float] = {}  # shift -> the mean ratio it gave
+
+    def ratio_at(shift: float) -> float:
+        if shift not in seen:
+            model.dial_routers(shift, None)
+            seen[shift] = mean_ratio(model, batches)
+        return seen[shift]
+
     rows: List[List[float]] = []
-    low = -SHIFT_BOUND
     smallest = model.budget.min_heads / model.args.encoder_attention_heads  # every layer at --min-heads
     try:
         for aim in sorted(ratios):
             if aim <= smallest:  # no shift goes lower: the dial refuses ratios under it
                 rows.append([aim, -SHIFT_BOUND])
                 continue
-            high, best = SHIFT_BOUND, None
             for _ in range(steps):
-                shift = (low + high) / 2
-                model.dial_routers(shift, None)
-                found = mean_ratio(model, batches)
-                if best is None or abs(found - aim) < abs(best[1] - aim):
-                    best = (shift, found)
-                if abs(found - aim) <= TOLERANCE:
+                closest = min(seen.items(), key=lambda item: abs(item[1] - aim), default=None)
+                if closest is not None and abs(closest[1] - aim) <= TOLERANCE:
                     break
-                low, high = (shift, high) if found < aim else (low, shift)
-            log(f"head ratio {aim:.2f}: shift {best[0]:+.3f} gives {best[1]:.4f}")
-            rows.append([aim, best[0]])
-            low = best[0] - 1.0  # the next ratio's shift is larger (less the search's slack)
+                low = max((s for s, r in seen.items() if r < aim), default=-SHIFT_BOUND)
+                high = min((s for s, r in seen.items() if r > aim), default=SHIFT_BOUND)
+                ratio_at((low + high) / 2)
+            shift, found = min(seen.items(), key=lambda item: abs(item[1] - aim))
+            log(f"head ratio {aim:.2f}: shift {shift:+.3f} gives {found:.4f}")
+            rows.append([aim, shift])
     finally:
         model.set_head_ratio(model.head_ratio)
+    log(f"{len(seen)} runs over the split")
     return torch.tensor(rows)
 
 

@@ -7,7 +7,7 @@ multiplies the head's output before the output projection and L is the example's
 cross-entropy; normalised per layer by its L2 norm, as Michel et al.'s code does."""
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Iterable, List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -20,11 +20,19 @@ from .measure import samples
 HEAD = "sentence_classification_head"
 
 
+ROUTER_OPTIONS = ("kept_heads", "min_heads", "initial_budget", "relevance_prior", "budget_pooling",
+                  "budget_mask_temperature", "head_ratio")
+
+
 def all_heads_twin(model):
-    """A BudgetFormer with ``model``'s options and weights, every head on the reference
-    path (each head's output a tensor of its own), whatever subset ``model`` ran."""
-    return twin(model, "budgetformer", attention_path="reference",
-                **dict.fromkeys(("head_selection", "fixed_heads", "kept_heads", "min_heads", "initial_budget")))
+    """A BudgetFormer with ``model``'s weights running every head on the reference path
+    (each head's output a tensor of its own), whatever subset ``model`` ran. Its router
+    is a static one at every head: a router that reads its input (learned, nested)
+    would add its straight-through gradients (zero in the forward pass, not in the
+    backward) to the heads' gradients, and the twin's is freshly initialised."""
+    heads = model.args.encoder_attention_heads
+    return twin(model, "budgetformer", attention_path="reference", head_selection="static", fixed_heads=str(heads),
+                **dict.fromkeys(ROUTER_OPTIONS))
 
 
 def head_importance(checkpoint: Path, data: Path, split: str, batch_size: int,
@@ -32,6 +40,15 @@ def head_importance(checkpoint: Path, data: Path, split: str, batch_size: int,
     """L x H importance over the split's examples (with ``max_examples``: its first
     batches holding at least that many)."""
     model, task = load_checkpoint(checkpoint, data)
+    importance = importance_of(model, samples(task, split, batch_size), max_examples)
+    if importance is None:
+        raise DataError(f"{data}: split '{split}' has no examples")
+    return importance
+
+
+def importance_of(model, batches: Iterable[dict], max_examples: Optional[int] = None) -> Optional[torch.Tensor]:
+    """L x H importance of ``model``'s heads over fairseq's labelled ``batches`` (None
+    if there are none)."""
     every_head = all_heads_twin(model)
     attentions = list(every_head.budgeted_attentions())
     H = attentions[0].num_heads
@@ -47,7 +64,7 @@ def head_importance(checkpoint: Path, data: Path, split: str, batch_size: int,
     total, examples = torch.zeros(len(attentions), H), 0
     try:
         with every_head.forced_heads(H):
-            for sample in samples(task, split, batch_size):
+            for sample in batches:
                 gates.clear()
                 logits, _ = every_head(sample["net_input"]["src_tokens"], classification_head_name=HEAD)
                 loss = F.cross_entropy(logits.float(), sample["target"].view(-1), reduction="sum")
@@ -60,7 +77,7 @@ def head_importance(checkpoint: Path, data: Path, split: str, batch_size: int,
         for hook in hooks:
             hook.remove()
     if not examples:
-        raise DataError(f"{data}: split '{split}' has no examples")
+        return None
     importance = total / examples
     return importance / importance.norm(dim=1, keepdim=True).clamp_min(1e-20)
 

@@ -95,21 +95,21 @@ def finetune_nested(model_dir: Path, data: Path, save_dir: Path, dense: finetune
     examples = count_binarized(data / "input0" / "train")
     updates = dense.updates(examples)
     dense_dir, nested_dir = save_dir / "dense", save_dir / "nested"
-    log(f"step 1/5: dense fine-tuning ({updates} updates)")
+    log(f"recipe 1/5: dense fine-tuning ({updates} updates)")
     train_step("dense", finetune.command("dense", data, model_dir, dense_dir, dense, examples, classes),
                dense_dir, log, threads)
     dense_best = dense_dir / "checkpoint_best.pt"
 
     importance_file = save_dir / "importance.json"
     if not importance_file.is_file():
-        log(f"step 2/5: head importance of the dense model on {nested.importance_examples} training examples")
+        log(f"recipe 2/5: head importance of the dense model on {nested.importance_examples} training examples")
         importance = head_importance(dense_best, data, "train", dense.batch_size, nested.importance_examples)
         write_json(importance_file, importance.tolist())
     importance = torch.tensor(json.loads(importance_file.read_text()))
 
     reordered = save_dir / "reordered.pt"
     if not reordered.is_file():
-        log("step 3/5: heads reordered by importance (the same function)")
+        log("recipe 3/5: heads reordered by importance (the same function)")
         state = read(dense_best)
         state["model"], order = reorder_heads(state["model"], importance)
         state["last_optimizer_state"] = None
@@ -118,7 +118,7 @@ def finetune_nested(model_dir: Path, data: Path, save_dir: Path, dense: finetune
         write_json(save_dir / "order.json", order.tolist())
 
     nested_updates = nested.max_updates or updates
-    log(f"step 4/5: nested fine-tuning ({nested_updates} updates; each trains the router's budgets and "
+    log(f"recipe 4/5: nested fine-tuning ({nested_updates} updates; each trains the router's budgets and "
         f"{nested.sandwich_widths} fixed widths)")
     train_step("nested", nested_command(data, reordered, nested_dir, dense, nested, nested_updates, classes),
                nested_dir, log, threads)
@@ -126,7 +126,7 @@ def finetune_nested(model_dir: Path, data: Path, save_dir: Path, dense: finetune
 
     calibrated = nested_dir / "calibration.json"
     if not calibrated.is_file():
-        log("step 5/5: the budget dial calibrated on dev")
+        log("recipe 5/5: the budget dial calibrated on dev")
         table = calibrate_checkpoint(nested_best, data, "valid", log=lambda line: log("    " + line))
         write_json(calibrated, {"split": "valid", "table": table.tolist(), "nested": asdict(nested)})
     return {"dense": dense_best, "nested": nested_best}
