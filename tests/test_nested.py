@@ -268,8 +268,9 @@ def test_fast_path_statistics_are_the_reference_paths_computed_when_read(monkeyp
             patched.setattr(attention.router, "prefix", None)
             attention(x, key_padding_mask=mask)
     assert type(expected) is dict and sorted(stats) == sorted(expected)
-    for key, value in expected.items():
-        assert torch.equal(stats[key], value), key
+    for key, value in expected.items():  # the fast path works the budgets out on the host, in float64
+        same = torch.allclose(stats[key], value, rtol=1e-6, atol=0) if key == "budget" else torch.equal(stats[key], value)
+        assert same, key
     stats["layer"] = 3
     assert len(stats) == 7 and stats["layer"] == 3
 

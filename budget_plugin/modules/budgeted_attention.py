@@ -4,7 +4,7 @@ inference (a prefix of the heads, ``--head-selection nested``: prefix_heads.py; 
 subset: head_subset.py on CPU, gpu_heads.py on a GPU) and all of them, gated, in
 training."""
 
-from typing import Mapping, Optional, Tuple
+from typing import List, Mapping, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -103,7 +103,7 @@ class BudgetedAttention(MultiheadAttention):
         if reference:
             out = self.attend_all_heads(x, key_padding_mask, route.gate)
         elif self.nested:
-            out = self.attend_prefix(x, key_padding_mask, route.heads, route.every_head)
+            out = self.attend_prefix(x, key_padding_mask, route.counts or route.heads, route.every_head)
         else:
             out = self.attend_selected_heads(x, key_padding_mask, route.selected, route.every_head)
         return out, self.statistics(x.size(0), route, lazy=not reference)
@@ -147,13 +147,13 @@ class BudgetedAttention(MultiheadAttention):
             return gpu_heads.attend_selected(x, key_padding_mask, selected, weights)
         return head_subset.attend_selected(x, key_padding_mask, selected, weights)
 
-    def attend_prefix(self, x: Tensor, key_padding_mask: Optional[Tensor], heads: Tensor,
+    def attend_prefix(self, x: Tensor, key_padding_mask: Optional[Tensor], heads: Union[Tensor, List[int]],
                       every_head: bool = False) -> Tensor:
         """Fast path of --head-selection nested: example b runs heads 0..heads[b]-1, on
         views of the projections' own weights. The counts are read on the host (a
         synchronisation on a GPU) unless they are fixed (forced, dialled or pruned)."""
         fixed = self.router.fixed_count()
-        counts = heads.tolist() if fixed is None else fixed
+        counts = fixed if fixed is not None else heads if isinstance(heads, list) else heads.tolist()
         if every_head or (fixed is None and min(counts) == self.num_heads):  # exactly fairseq's own attention
             return MultiheadAttention.forward(self, x, x, x, key_padding_mask=key_padding_mask, need_weights=False)[0]
         return prefix_heads.attend_prefix(x, key_padding_mask, counts, self.q_proj, self.k_proj, self.v_proj,

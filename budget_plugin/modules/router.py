@@ -43,6 +43,7 @@ import math
 from typing import Iterator, List, NamedTuple, Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import BudgetConfig
@@ -56,11 +57,20 @@ class HeadRoute(NamedTuple):
     gate: Optional[Tensor]  # B x H, forward value == selected; straight-through gradients (None: not asked)
     relevance: Optional[Tensor]  # B x H, p(x) (None with selected)
     every_head: bool  # known on the host: every example runs all H heads
+    counts: Optional[List[int]] = None  # ``heads`` on the host, where the router computed them there
 
 
 def straight_through(z: Tensor) -> Tensor:
     """Zero in the forward pass, the gradient of ``z`` in the backward pass."""
     return z - z.detach()
+
+
+def _sigmoid(z: float) -> float:
+    """The logistic function of a host float, without overflow."""
+    if z >= 0:
+        return 1.0 / (1.0 + math.exp(-z))
+    e = math.exp(z)
+    return e / (1.0 + e)
 
 
 def ranks(scores: Tensor) -> Tensor:
@@ -270,6 +280,8 @@ class HeadRouter(nn.Module):
         the counts alone: the rest is :meth:`prefix`."""
         H, m, B = self.num_heads, self.cfg.min_heads, x.size(1)
         fixed = self.fixed_count()
+        if fixed is None and not gate:  # the fast path: the counts are needed on the host
+            return self.host_counts(x, key_padding_mask)
         if fixed is None:
             budget = self.predict_budget(summarize(x, key_padding_mask, self.cfg.budget_pooling))
             heads, every_head = budget.round().long(), m >= H  # b is in [m, H]: no clamp
@@ -282,6 +294,20 @@ class HeadRouter(nn.Module):
         soft_count = torch.sigmoid((budget.unsqueeze(-1) - self.position - 0.5) / self.cfg.budget_mask_temperature)
         gates = selected.to(budget.dtype) + straight_through(soft_count)
         return HeadRoute(budget, heads, selected, gates, relevance, every_head)
+
+    def host_counts(self, x: Tensor, key_padding_mask: Optional[Tensor]) -> HeadRoute:
+        """The nested fast path's route: the budget logits read once to the host, where
+        the budgets and counts are worked out (the counts slice the weights there), in a
+        few operations instead of a tensor op for each step of the formula: at batch 1
+        the router is a fixed cost that the heads it saves must pay for. The budgets are
+        float64 arithmetic rounded to float32: within an ulp of the tensor formula's."""
+        H, m, scale = self.num_heads, self.cfg.min_heads, self.cfg.router_scale
+        summary = summarize(x, key_padding_mask, self.cfg.budget_pooling)
+        logits = F.linear(summary, self.budget_proj.weight, self.budget_proj.bias).view(-1).tolist()
+        budgets = [m + (H - m) * _sigmoid(scale * z + self.dial_shift) for z in logits]
+        counts = [round(b) for b in budgets]
+        return HeadRoute(torch.tensor(budgets, device=x.device), torch.tensor(counts, device=x.device), None, None,
+                         None, m >= H, counts)
 
     def prefix(self, heads: Tensor) -> Tuple[Tensor, Tensor]:
         """Each input's selection, its first ``heads`` heads (B x H, bool), and its
