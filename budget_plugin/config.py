@@ -5,7 +5,7 @@ import argparse
 import enum
 import math
 from dataclasses import dataclass, field, fields
-from typing import List, NamedTuple, Optional
+from typing import List, Optional
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.utils import safe_getattr
@@ -19,11 +19,6 @@ SCHEDULE_CHOICES = ChoiceEnum(["linear", "cosine"])
 # Options whose default changed after checkpoints were saved without them: the value
 # such a checkpoint was trained and computes with (see BudgetConfig.fill_args)
 SAVED_BEFORE = {"router_scale": 1.0}  # issue 25 made 10 the default
-
-# the mean head ratios at which tools/calibration.py calibrates the budget dial
-# (--head-ratio); a ratio between two of them is interpolated
-DIAL_RATIOS = (0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.75, 0.9)
-
 
 class OptionError(SystemExit, ValueError):
     """A bad option. A ValueError to Python callers; a SystemExit, so that fairseq's
@@ -304,33 +299,3 @@ class BudgetConfig(FairseqDataclass):
         )
         return layers
 
-
-class HeadRatio(NamedTuple):
-    """A budget dial setting (--head-ratio): a mean head ratio for the per-input budgets
-    (``ratio``, with ``counts`` None), or a fixed count per layer (``counts``)."""
-
-    ratio: Optional[float]
-    counts: Optional[List[int]]
-
-
-def parse_head_ratio(value, num_layers: int, num_heads: int, min_heads: int = 1) -> Optional[HeadRatio]:
-    """--head-ratio: None; one number R in (0, 1] (the per-input budgets dialled to a
-    mean head ratio R; 1 runs every head with no router); or ``num_layers``
-    comma-separated whole numbers (each layer's count, no router)."""
-    if value is None or value == "":
-        return None
-    text = str(value)
-    try:
-        numbers = [float(v) for v in text.split(",")]
-    except ValueError:
-        numbers = []
-    if "," not in text and len(numbers) == 1:
-        ratio = numbers[0]
-        require(min_heads / num_heads <= ratio <= 1, "head_ratio",
-                f"a ratio in [--min-heads / H, 1] = [{min_heads / num_heads:.3f}, 1], or {num_layers} "
-                "comma-separated head counts", value)
-        return HeadRatio(None, [num_heads] * num_layers) if ratio == 1 else HeadRatio(ratio, None)
-    require(len(numbers) == num_layers and all(n == int(n) and min_heads <= n <= num_heads for n in numbers),
-            "head_ratio", f"one ratio in (0, 1], or {num_layers} comma-separated whole head counts (one per "
-            f"layer) in [--min-heads, {num_heads}]", value)
-    return HeadRatio(None, [int(n) for n in numbers])

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from budget_plugin.config import DIAL_RATIOS, HeadRatio, parse_head_ratio
+from budget_plugin.models.budget_dial import DIAL_RATIOS, HeadRatio, parse_head_ratio
 from budget_plugin.tools.calibration import calibrate, mean_ratio
 from budget_plugin.tools.export import export_counts, pruned_checkpoint
 from conftest import build_model, random_tokens

@@ -16,6 +16,7 @@ from fairseq.criterions.sentence_prediction import (
 from fairseq.logging import metrics
 
 from ..config import OptionError, require
+from .teacher_logits import load_teacher_logits
 
 
 @dataclass
@@ -74,21 +75,6 @@ class BudgetSentencePredictionConfig(SentencePredictionCriterionConfig):
             "width). Each width costs about one more forward and backward. 0: off"
         },
     )
-
-
-def load_teacher_logits(path: str) -> Tensor:
-    """The N x classes float tensor that --distill-logits names, read with torch's safe loader."""
-    try:
-        logits = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # only reading happens here: any failure is an unreadable file
-        first = (str(e).splitlines() or [type(e).__name__])[0]
-        raise OptionError(f"--distill-logits {path}: cannot read it ({first})") from None
-    if not isinstance(logits, Tensor) or logits.dim() != 2 or not logits.is_floating_point():
-        raise OptionError(f"--distill-logits {path}: expected a float tensor of N examples x classes, "
-                         f"got {type(logits).__name__} {getattr(logits, 'shape', '')}")
-    if not torch.isfinite(logits).all():
-        raise OptionError(f"--distill-logits {path}: holds NaN or infinite values")
-    return logits
 
 
 class _Recorder:
@@ -161,7 +147,8 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
             distill_loss = self.distillation(logits, teacher)
             fit = (1 - self.distill_weight) * task_loss + self.distill_weight * distill_loss
         if sandwich:
-            width_loss = self.width_fit(model, sample, full, teacher)
+            # the full width learns from the cached teacher only: in place, it is the teacher
+            width_loss = self.width_fit(model, sample, full, teacher, teacher if self.teacher is not None else None)
             fit = fit + width_loss
             logging_output["width_loss"] = width_loss.data
 
@@ -205,15 +192,17 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
             return F.mse_loss(logits.view(-1).float(), targets.float(), reduction="sum")
         return F.nll_loss(F.log_softmax(logits, dim=-1, dtype=torch.float32), targets, reduction="sum")
 
-    def width_fit(self, model, sample, full: Tensor, teacher: Optional[Tensor]) -> Tensor:
-        """The sandwich's widths, summed: the full width's task loss (mixed with the
-        cached teacher's, if any), then the smallest and random widths', each mixed
-        with the teacher's distillation. Random widths come from torch's generator,
-        which fairseq seeds per update."""
+    def width_fit(self, model, sample, full: Tensor, teacher: Optional[Tensor],
+                  full_teacher: Optional[Tensor]) -> Tensor:
+        """The sandwich's widths, summed: the full width's task loss (mixed with
+        ``full_teacher``'s distillation, if any), then the smallest and random widths',
+        each mixed with ``teacher``'s. Random widths come from torch's generator, which
+        fairseq seeds per update."""
         H, L, m = model.args.encoder_attention_heads, model.args.encoder_layers, model.budget.min_heads
-        widths = [[m] * L] + [torch.randint(m, H + 1, (L,)).tolist() for _ in range(self.sandwich_widths - 2)]
-        total = self.fitted(self.task_loss(full, sample), full, self.teacher_logits(sample, None, full.size(1)))
-        for heads in widths[: self.sandwich_widths - 1]:
+        smallest = [[m] * L] if self.sandwich_widths > 1 else []
+        widths = smallest + [torch.randint(m, H + 1, (L,)).tolist() for _ in range(self.sandwich_widths - 2)]
+        total = self.fitted(self.task_loss(full, sample), full, full_teacher)
+        for heads in widths:
             logits = self.width_logits(model, sample, heads)
             total = total + self.fitted(self.task_loss(logits, sample), logits, teacher)
         return total
@@ -230,7 +219,7 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
             ids, teacher = sample["id"], self.teacher
             if classes != teacher.size(1) or int(ids.max()) >= teacher.size(0):
                 raise OptionError(f"--distill-logits holds {teacher.size(0)} examples x {teacher.size(1)} classes; "
-                                 f"this batch has example ids up to {int(ids.max())} and {classes} classes")
+                                  f"this batch has example ids up to {int(ids.max())} and {classes} classes")
             return teacher.to(ids.device)[ids]
         if full is None or self.regression_target:
             return None

@@ -3,9 +3,7 @@
 import contextlib
 import logging
 from pathlib import Path
-from typing import Iterator, Optional, Sequence, Union
-
-import numpy
+from typing import Iterator, Sequence, Union
 
 import torch
 
@@ -18,8 +16,9 @@ from fairseq.modules import layer_norm as fairseq_layer_norm
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr, safe_hasattr
 
-from ..config import DIAL_RATIOS, BudgetConfig, HeadRatio, OptionError, parse_head_ratio, require
+from ..config import BudgetConfig, OptionError, require
 from ..modules import BudgetedAttention, BudgetedEncoderLayer, Exploration, exploration_at
+from .budget_dial import DIAL_RATIOS, BudgetDial, parse_head_ratio
 from .hub_interface import BudgetFormerHubInterface, tokenizer_options
 
 logger = logging.getLogger(__name__)
@@ -103,12 +102,13 @@ class BudgetFormerEncoder(RobertaEncoder):
 
 
 @register_model("budgetformer")
-class BudgetFormerModel(RobertaModel):
+class BudgetFormerModel(BudgetDial, RobertaModel):
     """RoBERTa-style classifier whose attention layers choose, per input, how many
     heads to run and which. ``model(tokens)[1]["budget"]`` holds each layer's
     statistics. The model owns its exploration schedule (a function of the update
-    number fairseq hands it), and :meth:`forced_heads` fixes every layer's budget
-    inside a ``with`` block."""
+    number fairseq hands it), :meth:`forced_heads` fixes every layer's budget inside
+    a ``with`` block, and the budget dial (``--head-ratio``, :meth:`dialled`) is
+    budget_dial.py's."""
 
     @classmethod
     def hub_models(cls):
@@ -258,45 +258,6 @@ class BudgetFormerModel(RobertaModel):
         result = super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
         self.set_head_ratio(self.head_ratio)  # the dial reads the calibration just loaded
         return result
-
-    def dial_shift(self, ratio: float) -> float:
-        """The budget-logit shift that gives mean head ratio ``ratio`` on the calibration
-        split, interpolated between the calibrated ratios (and held past their ends)."""
-        table = self.head_dial.detach().cpu().double()
-        if not bool((table[:, 0] > 0).all()):  # no calibrated ratio
-            raise OptionError(
-                "--head-ratio R needs the budget dial's calibration, which this checkpoint lacks: "
-                "run scripts/calibrate.py CHECKPOINT DATA_DIR (scripts/finetune.py does it), or give "
-                "fixed per-layer counts (--head-ratio 4,4,3,3,4,4)")
-        ratios, shifts = table[:, 0].tolist(), table[:, 1].tolist()
-        return float(numpy.interp(ratio, ratios, shifts))
-
-    def set_head_ratio(self, head_ratio: Optional[HeadRatio]):
-        """The budget dial at evaluation (None: the router's own budgets)."""
-        if head_ratio is None:
-            self.dial_routers(0.0, None)
-        elif head_ratio.counts is not None:
-            self.dial_routers(0.0, head_ratio.counts)
-        else:
-            self.dial_routers(self.dial_shift(head_ratio.ratio), None)
-
-    def dial_routers(self, shift: float, counts: Optional[Sequence[int]]):
-        """Every router's evaluation setting: its budget logits shifted by ``shift``, or
-        (``counts``, one per layer) a fixed count."""
-        for i, attention in enumerate(self.budgeted_attentions()):
-            attention.router.dial_shift = shift
-            attention.router.dial_heads = None if counts is None else int(counts[i])
-
-    @contextlib.contextmanager
-    def dialled(self, head_ratio) -> Iterator[None]:
-        """Inside ``with model.dialled("0.3"):`` (a --head-ratio value) the model runs at
-        that setting; at its own (--head-ratio, or none) after the block."""
-        H, L = self.args.encoder_attention_heads, self.args.encoder_layers
-        self.set_head_ratio(parse_head_ratio(head_ratio, L, H, self.budget.min_heads))
-        try:
-            yield
-        finally:
-            self.set_head_ratio(self.head_ratio)
 
 
 @register_model_architecture("budgetformer", "budgetformer")

@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Sequence
 
 import torch
 
-from ..config import DIAL_RATIOS
+from ..models.budget_dial import DIAL_RATIOS
 from .checkpoints import load_checkpoint, read
 from .errors import DataError
 from .files import write_atomic

@@ -15,7 +15,8 @@ from typing import List
 
 import torch
 
-from ..config import BudgetConfig, parse_head_ratio
+from ..config import BudgetConfig
+from ..models.budget_dial import parse_head_ratio
 from .checkpoints import model_options, read
 from .errors import DataError
 from .files import write_atomic

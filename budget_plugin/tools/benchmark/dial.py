@@ -19,7 +19,7 @@ from typing import Dict, List, Sequence
 
 import torch
 
-from ...config import parse_head_ratio
+from ...models.budget_dial import parse_head_ratio
 from ..building import twin
 from ..checkpoints import as_budgetformer, load_checkpoint, read
 from ..export import pruned_checkpoint
