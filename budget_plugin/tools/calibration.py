@@ -19,22 +19,16 @@ from ..models.budget_dial import DIAL_RATIOS
 from .checkpoints import load_checkpoint, read
 from .errors import DataError
 from .files import write_atomic
-from .measure import split_batches, tokens
+from .measure import layer_heads, split_batches
 
 SHIFT_BOUND = 40.0  # |shift| past which sigmoid's budget is at its ends for any router logit
 TOLERANCE = 0.005  # a ratio within this of its aim ends the search (the dial promises 0.02)
 
 
-@torch.no_grad()
 def mean_ratio(model, batches: Sequence[dict]) -> float:
     """The mean head ratio over the batches' examples and the model's layers."""
-    heads, slots = 0.0, 0
-    for sample in batches:
-        _, extra = model(tokens(sample), features_only=True)
-        for layer in extra["budget"]:
-            heads += float(layer["heads"].sum())
-            slots += layer["heads"].numel() * model.args.encoder_attention_heads
-    return heads / slots
+    heads = layer_heads(model, batches)
+    return sum(heads) / (len(heads) * model.args.encoder_attention_heads)
 
 
 def calibrate(model, batches: Sequence[dict], ratios: Sequence[float] = DIAL_RATIOS,

@@ -56,6 +56,18 @@ def accuracy_and_ratio(model, batches: Sequence[dict]) -> Tuple[float, float]:
 
 
 @torch.no_grad()
+def layer_heads(model, batches: Sequence[dict]) -> List[float]:
+    """Each layer's mean heads over the batches' examples."""
+    totals, examples = None, 0
+    for sample in batches:
+        _, extra = model(tokens(sample), features_only=True)
+        heads = torch.stack([layer["heads"].float().sum() for layer in extra["budget"]])
+        totals = heads if totals is None else totals + heads
+        examples += tokens(sample).size(0)
+    return (totals / examples).tolist()
+
+
+@torch.no_grad()
 def latencies(models, batches: Sequence[dict], repeats: int) -> List[float]:
     """Seconds per pass over the batches, per model: median of ``repeats`` rounds after
     one warm-up round, the models interleaved (and rotated) within each round, so that

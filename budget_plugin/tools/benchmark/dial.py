@@ -23,7 +23,7 @@ from ...models.budget_dial import parse_head_ratio
 from ..building import twin
 from ..checkpoints import as_budgetformer, load_checkpoint, read
 from ..export import pruned_checkpoint
-from ..measure import count_flops, latencies, split_batches, tokens
+from ..measure import count_flops, latencies, layer_heads, split_batches, tokens
 from ..timing import machine_info
 
 RATIOS = ("1", "0.5", "0.3")
@@ -42,18 +42,6 @@ def fixed_counts(model, batches: Sequence[dict]) -> List[int]:
     """The per-layer counts of a fixed budget like ``model``'s: its mean heads per layer
     over the batches, rounded."""
     return [round(h) for h in layer_heads(model, batches)]
-
-
-@torch.no_grad()
-def layer_heads(model, batches: Sequence[dict]) -> List[float]:
-    """Each layer's mean heads over the batches' examples."""
-    totals, examples = None, 0
-    for sample in batches:
-        _, extra = model(tokens(sample), features_only=True)
-        heads = torch.stack([layer["heads"].float().sum() for layer in extra["budget"]])
-        totals = heads if totals is None else totals + heads
-        examples += tokens(sample).size(0)
-    return (totals / examples).tolist()
 
 
 def dial_benchmark(checkpoint: str, data: str, ratios: Sequence[str] = RATIOS, repeats: int = 5,
