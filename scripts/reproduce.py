@@ -51,18 +51,16 @@ train.py, measure.py, report.py (the values) and render.py (the files).
 import argparse
 import logging
 import time
-from dataclasses import replace
 from pathlib import Path
 
 logging.basicConfig(level=logging.WARNING)  # before fairseq sets up INFO logging
 
-from budget_plugin.tools import finetune  # noqa: E402
 from budget_plugin.tools.progress import log  # noqa: E402
 from budget_plugin.tools.study import measure, render, report, train  # noqa: E402
-from budget_plugin.tools.study.plan import TRUNCATE, UPDATES, Latency, Plan, StudyConfig, parse_updates  # noqa: E402
+from budget_plugin.tools.study.prepare import prepare  # noqa: E402
+from budget_plugin.tools.study.plan import UPDATES, Latency, Plan, StudyConfig, parse_updates  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-DATASETS = ("MR", "TREC", "BBC")  # those scripts/get_data.py fetches
 
 
 def parse_args(argv=None):
@@ -105,24 +103,6 @@ def parse_args(argv=None):
         latency=Latency(args.latency_repeats, args.latency_batches, args.latency_examples))
     deadline = None if args.stop_after is None else time.time() + 60 * args.stop_after
     return cfg, args.report_only, deadline
-
-
-def prepare(cfg: StudyConfig) -> StudyConfig:
-    """The converted encoder and the data sets, made when missing; the config with the
-    encoder's heads and layers."""
-    cache = cfg.data_dir.parent / "cache"
-    if not (cfg.model_dir / "model.pt").is_file():
-        finetune.pretrained_minilm(cfg.model_dir, cache, log)
-    for dataset in cfg.datasets:
-        if not (cfg.data_dir / f"{dataset}-bin" / "label" / "test.idx").is_file():
-            if dataset not in DATASETS:
-                raise SystemExit(f"error: {cfg.data_dir / f'{dataset}-bin'}: no binarized data set "
-                                 "(input0/ and label/ with train, valid and test)")
-            truncate = ["--truncate-tokens", TRUNCATE[dataset]] if dataset in TRUNCATE else []
-            log(f"preparing {dataset} (tools.datasets, as scripts/get_data.py)")
-            finetune.get_data([dataset], cfg.data_dir, cache, cfg.model_dir, *truncate)
-    args = finetune.encoder_args(cfg.model_dir / "model.pt")
-    return replace(cfg, heads=args.encoder_attention_heads, layers=args.encoder_layers)
 
 
 def main(argv=None):

@@ -18,6 +18,7 @@ import torch
 from budget_plugin.tools import finetune
 from budget_plugin.tools.importance import kept_heads, kept_heads_option
 from budget_plugin.tools.prepare import prepare_task
+from budget_plugin.tools.study.prepare import prepare
 from budget_plugin.tools.study import measure as study_measure, train as study_train
 from budget_plugin.tools.study.measure import head_sets
 from budget_plugin.tools.tiny_bert import TINY, write_bert
@@ -269,7 +270,7 @@ def test_bad_options_name_what_is_wrong(tmp_path, capsys):
     (tmp_path / "model" / "model.pt").touch()  # present: nothing is downloaded
     with pytest.raises(SystemExit, match=r"TOY-bin: no binarized data set"):
         cfg, _, _ = reproduce.parse_args(["--datasets", "TOY", "--updates", "TOY=3", "--data-dir", str(tmp_path)])
-        reproduce.prepare(cfg)
+        prepare(cfg)
 
 
 @pytest.mark.slow

@@ -37,6 +37,20 @@ class BudgetSentencePredictionConfig(SentencePredictionConfig):
     )
 
 
+def shape_adaprune_heads(model, heads_to_keep: int) -> None:
+    """Give a stock RoBERTa the attention shapes of a checkpoint that fairseq's AdaPrune
+    (``--mha-heads-to-keep``) pruned, before its weights are loaded. fairseq-train does
+    this in its trainer only, so fairseq-validate and the hub could not load such a
+    checkpoint; which heads are kept does not matter here, the weights replace them."""
+    if heads_to_keep is None or heads_to_keep == -1:
+        return
+    for layer in model.encoder.sentence_encoder.layers:
+        attention = layer.self_attn
+        attention._adaptive_prune_heads([(i * attention.head_dim, (i + 1) * attention.head_dim)
+                                         for i in range(heads_to_keep)])
+        attention._set_skip_embed_dim_check()
+
+
 @register_task("budget_sentence_prediction", dataclass=BudgetSentencePredictionConfig)
 class BudgetSentencePredictionTask(SentencePredictionTask):
     """fairseq's ``sentence_prediction`` (same options and data layout: ``input0/``,
@@ -50,7 +64,10 @@ class BudgetSentencePredictionTask(SentencePredictionTask):
         if self.cfg.head_ratio is not None:  # a model option fairseq-validate could not parse
             with open_dict(cfg) if OmegaConf.is_config(cfg) else contextlib.nullcontext():
                 cfg.head_ratio = self.cfg.head_ratio
-        return super().build_model(cfg, from_checkpoint)
+        model = super().build_model(cfg, from_checkpoint)
+        if from_checkpoint:
+            shape_adaprune_heads(model, getattr(cfg, "mha_heads_to_keep", -1))
+        return model
 
     @classmethod
     def setup_task(cls, cfg, **kwargs):

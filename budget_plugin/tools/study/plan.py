@@ -23,6 +23,9 @@ RATIOS = (0.5, 0.3)
 # 0.3 x 12 = 3.6 rounds up to 4 for most inputs (0.32 on TREC's dev split aiming at 0.3)
 AIM = {0.5: 0.5, 0.3: 0.28}
 LEARNED = ("budget", "distill", "prior")
+# systems fine-tuned as fairseq's own ``roberta`` (the latency study adds the last two:
+# scripts/latency_study.py)
+ROBERTA = ("dense", "adaprune", "layers4")
 FIXED = ("importance", "static", "random")
 # the learned systems' router starts at the target budget instead of every head, and
 # the budget term weighs 10: with the defaults (every head, 1) the mean stayed 0.09 above
@@ -36,6 +39,8 @@ DESCRIPTION = {
     "importance": "importance pruning (Michel et al.)",
     "static": "static learned gates",
     "random": "random heads",
+    "adaprune": "fairseq AdaPrune (magnitude)",
+    "layers4": "first 4 of 6 layers",
 }
 
 
@@ -108,6 +113,11 @@ class Run:
     def dense(self) -> "Run":
         """The dense run of the same data set and seed (the teacher, the importance)."""
         return Run(self.dataset, "dense", self.seed)
+
+    def nested(self) -> "Run":
+        """The nested run of the same data set and seed (scripts/finetune.py's recipe,
+        whose first step trains ``dense`` again: its checkpoint, unlike the record, was not kept)."""
+        return Run(self.dataset, "nested", self.seed)
 
 
 def recipe_of(run: Run, cfg: StudyConfig) -> finetune.Recipe:

@@ -15,13 +15,15 @@ from typing import List, Optional
 import torch
 
 from .. import finetune
+from ..adaprune import magnitude_pruned
 from ..binarize import count_binarized, num_classes
+from ..checkpoints import model_options, read
 from ..fairseq_cli import run as run_command, validate
 from ..files import write_json
 from ..importance import head_importance
 from ..progress import log
 from ..teacher import save_logits, teacher_logits
-from .plan import FIXED, Plan, Run, StudyConfig, cached_record, recipe_of
+from .plan import FIXED, ROBERTA, Plan, Run, StudyConfig, cached_record, recipe_of
 
 IMPORTANCE_EXAMPLES = 2048  # importance averaged over the first 2048 training examples
 # the teacher's logits and the importance are computed in this process, one at a time:
@@ -51,6 +53,38 @@ def dense_importance(dense: Run, cfg: StudyConfig) -> List[List[float]]:
                                IMPORTANCE_EXAMPLES).tolist()
 
 
+def adapruned_file(run: Run, heads_to_keep: int, cfg: StudyConfig) -> Path:
+    """The nested recipe's dense model of the same data set and seed, pruned by fairseq's
+    AdaPrune to ``heads_to_keep`` heads per layer (made once)."""
+    path = run.nested().checkpoints(cfg) / f"adapruned-{heads_to_keep}.pt"
+    if not path.exists():
+        with IN_PROCESS:
+            kept = magnitude_pruned(run.nested().checkpoints(cfg) / "dense" / "checkpoint_best.pt", run.data(cfg),
+                                    path, heads_to_keep)
+        write_json(path.with_suffix(".json"), kept)
+    return path
+
+
+def resolved(options: List[str], run: Run, cfg: StudyConfig) -> List[str]:
+    """The options with their placeholders made files: TEACHER the dense model's logits,
+    ADAPRUNED its AdaPrune checkpoint (at the options' --mha-heads-to-keep)."""
+    def one(option: str) -> str:
+        if option == "TEACHER":
+            return str(teacher_file(run.dense(), cfg))
+        if option == "ADAPRUNED":
+            return str(adapruned_file(run, int(options[options.index("--mha-heads-to-keep") + 1]), cfg))
+        return option
+
+    return [one(o) for o in options]
+
+
+def roberta_heads(checkpoint: Path) -> List[float]:
+    """The heads per layer of a stock RoBERTa checkpoint (fewer layers or AdaPrune's heads)."""
+    args = model_options(read(checkpoint))
+    heads = args.encoder_attention_heads if getattr(args, "mha_heads_to_keep", -1) == -1 else args.mha_heads_to_keep
+    return [float(heads)] * args.encoder_layers
+
+
 def train(run: Run, options: List[str], cfg: StudyConfig) -> dict:
     """Fine-tune ``run`` with ``options`` (Plan.options), score dev and test once, and
     write its record; a record of the same recipe and options is returned as it is."""
@@ -63,8 +97,8 @@ def train(run: Run, options: List[str], cfg: StudyConfig) -> dict:
     save_dir.mkdir(parents=True)
     examples = count_binarized(data / "input0" / "train")
     updates = recipe.updates(examples)
-    kind = "dense" if run.system == "dense" else "budget"
-    options_here = [str(teacher_file(run.dense(), cfg)) if o == "TEACHER" else o for o in options]
+    kind = "dense" if run.system in ROBERTA else "budget"
+    options_here = resolved(options, run, cfg)
     command = [*finetune.command(kind, data, cfg.model_dir, save_dir, recipe, examples, num_classes(data)),
                *options_here]
     start = time.time()
@@ -81,7 +115,8 @@ def train(run: Run, options: List[str], cfg: StudyConfig) -> dict:
         "lr": cfg.lr, "recipe": asdict(recipe), "options": options, "train_wall_s": wall,
         "dev_accuracy": scores["valid"]["accuracy"],
         "test_accuracy": scores["test"]["accuracy"], "test_examples": int(scores["test"]["bsz"]),
-        "dev_heads_per_layer": heads_per_layer(scores["valid"]) if kind == "budget" else [cfg.heads] * cfg.layers,
+        "dev_heads_per_layer": (heads_per_layer(scores["valid"]) if kind == "budget"
+                                else roberta_heads(save_dir / "checkpoint_best.pt")),
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     if run.system == "dense":

@@ -1,0 +1,33 @@
+"""fairseq's own head pruning (AdaPrune, ``--mha-heads-to-keep``), as its trainer's
+comment describes it: rank a fine-tuned RoBERTa's heads by the magnitude of their
+q/k/v weights (``MultiheadAttention._get_reserve_head_index``), prune every layer to
+its N largest (``_adaptive_prune_heads``), save that checkpoint, and fine-tune it again
+with ``--mha-heads-to-keep N`` so that the model fairseq builds has its shapes."""
+
+from pathlib import Path
+from typing import List
+
+import torch
+
+from .checkpoints import load_checkpoint, read
+from .files import atomic_path
+
+
+def magnitude_pruned(checkpoint: Path, data: Path, out: Path, heads_to_keep: int) -> List[List[int]]:
+    """Write ``checkpoint`` pruned to ``heads_to_keep`` heads per layer by fairseq's
+    magnitude ranking to ``out`` (no optimizer state); the kept heads per layer, largest first."""
+    model, _ = load_checkpoint(checkpoint, data)
+    kept = []
+    for layer in model.encoder.sentence_encoder.layers:
+        attention = layer.self_attn
+        reserve = attention._get_reserve_head_index(num_heads_to_keep=heads_to_keep)
+        attention._adaptive_prune_heads(reserve_head_index=reserve)
+        attention._set_skip_embed_dim_check()
+        kept.append([start // attention.head_dim for start, _ in reserve])
+    state = read(checkpoint)
+    state["model"] = {key: value.detach().clone() for key, value in model.state_dict().items()}
+    state["cfg"]["model"].mha_heads_to_keep = heads_to_keep
+    state["last_optimizer_state"] = None
+    with atomic_path(out) as tmp:
+        torch.save(state, tmp)
+    return kept
