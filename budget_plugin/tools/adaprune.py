@@ -13,10 +13,9 @@ from .checkpoints import load_checkpoint, read
 from .files import atomic_path
 
 
-def magnitude_pruned(checkpoint: Path, data: Path, out: Path, heads_to_keep: int) -> List[List[int]]:
-    """Write ``checkpoint`` pruned to ``heads_to_keep`` heads per layer by fairseq's
-    magnitude ranking to ``out`` (no optimizer state); the kept heads per layer, largest first."""
-    model, _ = load_checkpoint(checkpoint, data)
+def prune_by_magnitude(model, heads_to_keep: int) -> List[List[int]]:
+    """Prune a stock RoBERTa in place to each layer's ``heads_to_keep`` heads of largest
+    q/k/v magnitude, with fairseq's own functions; the kept heads per layer, largest first."""
     kept = []
     for layer in model.encoder.sentence_encoder.layers:
         attention = layer.self_attn
@@ -24,6 +23,14 @@ def magnitude_pruned(checkpoint: Path, data: Path, out: Path, heads_to_keep: int
         attention._adaptive_prune_heads(reserve_head_index=reserve)
         attention._set_skip_embed_dim_check()
         kept.append([start // attention.head_dim for start, _ in reserve])
+    return kept
+
+
+def magnitude_pruned(checkpoint: Path, data: Path, out: Path, heads_to_keep: int) -> List[List[int]]:
+    """Write ``checkpoint`` pruned by fairseq's magnitude ranking to ``out`` (no optimizer
+    state), with ``--mha-heads-to-keep`` in its options; the kept heads per layer."""
+    model, _ = load_checkpoint(checkpoint, data)
+    kept = prune_by_magnitude(model, heads_to_keep)
     state = read(checkpoint)
     state["model"] = {key: value.detach().clone() for key, value in model.state_dict().items()}
     state["cfg"]["model"].mha_heads_to_keep = heads_to_keep

@@ -15,7 +15,7 @@ system's latency and FLOPs against dense's."""
 
 import copy
 import time
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import torch
 
@@ -45,9 +45,12 @@ def fixed_counts(model, batches: Sequence[dict]) -> List[int]:
 
 
 def dial_benchmark(checkpoint: str, data: str, ratios: Sequence[str] = RATIOS, repeats: int = 5,
-                   singles: int = 200, threads: int = 2) -> Dict:
-    """Every system's latency at batch 1 and 32, its heads per layer and head ratio on
-    the test split, and the machine; ratios against dense are the report's."""
+                   singles: int = 200, threads: int = 2, batches_timed: Optional[int] = None,
+                   only: Optional[Sequence[str]] = None) -> Dict:
+    """Every system's latency at batch 1 (the first ``singles`` test sentences) and 32
+    (the first ``batches_timed`` batches; all by default), its heads per layer and head
+    ratio on the test split, and the machine; ratios against dense are the report's.
+    ``only``: the systems measured besides dense (default: all)."""
     torch.set_num_threads(threads)
     nested, task = load_checkpoint(checkpoint, data)
     H = nested.args.encoder_attention_heads
@@ -60,6 +63,8 @@ def dial_benchmark(checkpoint: str, data: str, ratios: Sequence[str] = RATIOS, r
             counts[ratio] = fixed_counts(systems[f"nested @ {ratio}"], dev)
             systems[f"fixed @ {ratio}"] = dialled(nested, ",".join(map(str, counts[ratio])))
             systems[f"pruned @ {ratio}"] = as_budgetformer(pruned_checkpoint(read(checkpoint), counts[ratio]))
+    if only is not None:
+        systems = {name: model for name, model in systems.items() if name == "dense" or name in only}
     found = {}
     for name, model in systems.items():
         heads = layer_heads(model, batches) if name != "dense" else [float(H)] * nested.args.encoder_layers
@@ -67,7 +72,7 @@ def dial_benchmark(checkpoint: str, data: str, ratios: Sequence[str] = RATIOS, r
                        "model_flops": count_flops(model, batches).total}
     models = list(systems.values())
     singles_batches = split_batches(task, 1, "test")[:singles]
-    for batch_size, timed in ((1, singles_batches), (32, batches)):
+    for batch_size, timed in ((1, singles_batches), (32, batches[:batches_timed])):
         began = time.time()
         for name, seconds in zip(systems, latencies(models, timed, repeats)):
             found[name][f"latency_b{batch_size}_ms"] = 1000 * seconds / len(timed)
