@@ -205,3 +205,18 @@ def test_no_sandwich_in_evaluation():
     sample = make_sample()
     _, _, logs = make_criterion(sandwich_widths=3)(model, sample)
     assert "width_loss" not in logs
+
+
+@pytest.mark.parametrize("means, counts", [
+    ([3.6] * 6, None),  # 21.6 heads: 22 (any four layers at 4), not the 24 that rounding each layer gives
+    ([3.76, 3.61, 3.18, 4.0, 3.01, 4.0], [4, 4, 3, 4, 3, 4]),  # 21.56: the largest remainders get the heads
+    ([2.0, 3.0], [2, 3]),
+    ([2.5, 2.5], None),  # 5: one layer at 3
+])
+def test_fixed_counts_keep_the_total_of_the_means(means, counts):
+    from budget_plugin.tools.benchmark.dial import whole_counts
+
+    found = whole_counts(means)
+    assert sum(found) == round(sum(means))
+    assert all(abs(c - m) < 1 for c, m in zip(found, means))
+    assert counts is None or found == counts

@@ -5,7 +5,8 @@ side by side (interleaved, rotating rounds: tools/measure.py), as
 * ``dense``: fairseq's own ``roberta`` with the checkpoint's weights (every head);
 * ``nested @ R``: the checkpoint dialled to mean head ratio R, per-input budgets;
 * ``fixed @ R``: the same weights at the per-layer counts the dial ran at R on the dev
-  sentences (rounded means: chosen on dev), every input alike, no router: the static twin;
+  sentences (their means made whole with the same total: chosen on dev), every input
+  alike, no router: the static twin;
 * ``pruned @ R``: those counts exported as a physically smaller model
   (tools/export.py), the latency limit of that budget.
 
@@ -14,6 +15,7 @@ batches), and the whole model's FLOPs over the test split; the table gives each
 system's latency and FLOPs against dense's."""
 
 import copy
+import math
 import time
 from typing import Dict, List, Optional, Sequence
 
@@ -38,10 +40,22 @@ def dialled(model, head_ratio: str):
     return copied.eval()
 
 
+def whole_counts(means: Sequence[float]) -> List[int]:
+    """Per-layer head counts as near ``means`` as whole numbers go with the same total
+    (the mean total, rounded): each layer rounded down, and the heads left over given to
+    the layers with the largest remainders. Rounding each layer alone would give a
+    budget of 3.6 heads in every layer 4 everywhere, 11% more heads than the means."""
+    counts = [math.floor(h) for h in means]
+    left = round(sum(means)) - sum(counts)
+    for i in sorted(range(len(means)), key=lambda i: counts[i] - means[i])[:left]:
+        counts[i] += 1
+    return counts
+
+
 def fixed_counts(model, batches: Sequence[dict]) -> List[int]:
     """The per-layer counts of a fixed budget like ``model``'s: its mean heads per layer
-    over the batches, rounded."""
-    return [round(h) for h in layer_heads(model, batches)]
+    over the batches, made whole (whole_counts)."""
+    return whole_counts(layer_heads(model, batches))
 
 
 def dial_benchmark(checkpoint: str, data: str, ratios: Sequence[str] = RATIOS, repeats: int = 5,

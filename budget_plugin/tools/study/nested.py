@@ -2,8 +2,8 @@
 scripts/finetune.py's recipe (dense -> importance -> reorder -> nested -> the dial
 calibrated on dev) with the study's recipe, seed and update budget, then scored on dev
 and test at every dial setting twice: with its per-input budgets, and at the fixed
-per-layer counts those budgets ran on dev (rounded: chosen on dev), every input alike
-and no router (the static twin). The recipe's dense step is scored too: it retrains the
+per-layer counts those budgets ran on dev (made whole with the same total: chosen on
+dev), every input alike and no router (the static twin). The recipe's dense step is scored too: it retrains the
 study's ``dense`` run, whose checkpoint was not kept, so its accuracy must equal the record's.
 
 The record (results/reproduce/DATASET/nested-seedN.json) is written last and atomically;
@@ -15,6 +15,7 @@ from typing import Dict, List, Optional
 
 import torch
 
+from ..benchmark.dial import whole_counts
 from ..checkpoints import load_checkpoint
 from ..files import write_json
 from ..measure import accuracy_and_ratio, layer_heads, split_batches
@@ -56,7 +57,7 @@ def train_nested(run: Run, cfg: StudyConfig) -> dict:
     for ratio in DIAL:
         dial[ratio] = scored(model, batches, ratio)
         if ratio != "1":
-            counts = [round(h) for h in dial[ratio]["valid"]["heads_per_layer"]]
+            counts = whole_counts(dial[ratio]["valid"]["heads_per_layer"])
             fixed[ratio] = {"counts": counts, **scored(model, batches, ",".join(map(str, counts)))}
     record = {
         "dataset": run.dataset, "system": "nested", "seed": run.seed, **expected,
@@ -71,5 +72,5 @@ def train_nested(run: Run, cfg: StudyConfig) -> dict:
 
 
 def fixed_counts(record: dict, ratio: str) -> Optional[List[int]]:
-    """The per-layer counts the nested model's dial ran on dev at ``ratio`` (rounded)."""
+    """The fixed per-layer counts of the nested model's dial at ``ratio`` (chosen on dev)."""
     return record["dial_fixed"][ratio]["counts"] if ratio in record["dial_fixed"] else None
