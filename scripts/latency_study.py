@@ -36,7 +36,7 @@ from pathlib import Path
 logging.basicConfig(level=logging.WARNING)  # before fairseq sets up INFO logging
 
 from budget_plugin.tools.study import latency, latency_report  # noqa: E402
-from budget_plugin.tools.study.plan import UPDATES, StudyConfig, parse_updates  # noqa: E402
+from budget_plugin.tools.study.plan import UPDATES, Latency, StudyConfig, parse_updates  # noqa: E402
 from budget_plugin.tools.study.prepare import prepare  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -59,14 +59,23 @@ def parse_args(argv=None):
     parser.add_argument("--stop-after", type=float, metavar="MINUTES",
                         help="start no data set and seed after this many minutes")
     parser.add_argument("--report-only", action="store_true", help="train and time nothing: the report from the records")
+    parser.add_argument("--latency-repeats", type=int, default=latency.TIMING.repeats)
+    parser.add_argument("--latency-batches", type=int, default=latency.TIMING.batches,
+                        help="batches of 32 timed (the first N of test)")
+    parser.add_argument("--latency-examples", type=int, default=latency.TIMING.examples,
+                        help="single examples timed (the first N of test)")
     args = parser.parse_args(argv)
+    for name in ("latency_repeats", "latency_batches", "latency_examples"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1")
     updates = parse_updates(args.updates, UPDATES)
     missing = [d for d in args.datasets if d not in updates]
     if missing:
         parser.error(f"--updates has no number of updates for {', '.join(missing)} (give NAME=N)")
     cfg = StudyConfig(data_dir=args.data_dir.resolve(), model_dir=(args.model_dir or args.data_dir / "model").resolve(),
                       out_dir=args.out_dir.resolve(), save_dir=args.save_dir.resolve(), datasets=tuple(args.datasets),
-                      seeds=tuple(args.seeds), updates=updates, jobs=1)
+                      seeds=tuple(args.seeds), updates=updates, jobs=1,
+                      latency=Latency(args.latency_repeats, args.latency_batches, args.latency_examples))
     deadline = None if args.stop_after is None else time.time() + 60 * args.stop_after
     return cfg, args.report_only, deadline
 
@@ -75,7 +84,7 @@ def main(argv=None):
     cfg, report_only, deadline = parse_args(argv)
     cfg = prepare(cfg)
     if not report_only:
-        latency.run_all(cfg, latency.Timing(), deadline)
+        latency.run_all(cfg, deadline)
     latency_report.write_report(cfg)
 
 

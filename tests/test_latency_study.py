@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from budget_plugin.tasks.budget_sentence_prediction import shape_adaprune_heads
-from budget_plugin.tools.adaprune import magnitude_pruned, prune_by_magnitude
+from budget_plugin.tools.adaprune import prune_by_magnitude
 from budget_plugin.tools.building import build_model as build_arch
-from budget_plugin.tools.fairseq_cli import validation_metrics
+from budget_plugin.tools.importance import kept_heads, kept_heads_option
 from budget_plugin.tools.study.latency import kept_counts
 from budget_plugin.tools.study.latency_report import nested_curve, targets
-from conftest import PLUGIN_DIR, make_classification_data, random_tokens, run
+from conftest import random_tokens
 
 HEAD = "sentence_classification_head"
 TINY = dict(encoder_layers=2, encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_attention_heads=4)
@@ -64,28 +64,6 @@ def test_no_adaprune_leaves_the_model_alone():
     model = tiny_roberta()
     shape_adaprune_heads(model, -1)
     assert [layer.self_attn.num_heads for layer in model.encoder.sentence_encoder.layers] == [4, 4]
-
-
-@pytest.mark.slow
-def test_adaprune_fine_tunes_and_validates_with_fairseqs_tools(tmp_path):
-    """fairseq-train, AdaPrune's pruning, fairseq-train --mha-heads-to-keep, and
-    fairseq-validate, which loads the pruned checkpoint through the plugin's task."""
-    data = make_classification_data(tmp_path, n_train=96, n_valid=32)
-    common = ["--user-dir", PLUGIN_DIR, "--task", "budget_sentence_prediction", "--criterion", "sentence_prediction",
-              "--num-classes", 2, "--batch-size", 16, "--cpu", "--num-workers", 0, "--seed", 1]
-    train = ["fairseq-train", data, *common, "--arch", "roberta", "--encoder-layers", 2, "--encoder-embed-dim", 32,
-             "--encoder-ffn-embed-dim", 64, "--encoder-attention-heads", 4, "--max-positions", 64,
-             "--optimizer", "adam", "--lr", "1e-3", "--max-epoch", 1, "--no-epoch-checkpoints",
-             "--no-last-checkpoints", "--log-format", "simple"]
-    run([*train, "--save-dir", tmp_path / "dense"])
-    kept = magnitude_pruned(tmp_path / "dense" / "checkpoint_best.pt", data, tmp_path / "pruned.pt", 2)
-    assert [len(layer) for layer in kept] == [2, 2]
-    output = run([*train, "--save-dir", tmp_path / "adaprune", "--restore-file", tmp_path / "pruned.pt",
-                  "--mha-heads-to-keep", 2, "--reset-optimizer", "--reset-dataloader", "--reset-meters"])
-    assert "Prune model: keep 2 heads" in output
-    output = run(["fairseq-validate", data, *common, "--path", tmp_path / "adaprune" / "checkpoint_best.pt",
-                  "--valid-subset", "valid"])
-    assert validation_metrics(output, "valid")[-1]["bsz"] == 32
 
 
 def test_kept_counts_read_the_kept_heads_option():
@@ -145,3 +123,84 @@ def test_the_nested_curve_holds_the_dial_and_the_exports_fastest_first():
     curve = nested_curve(summary_of(test, b1)["DS"], "latency_b1_ratio")
     assert [name for _, _, name in curve][:2] == ["exported @ 0.2", "nested @ 0.2"]
     assert not any(name.startswith("fixed") for _, _, name in curve)
+
+
+def write_records(cfg, heads, layers, rng):
+    """What the latency study reads from the accuracy study: the dense run (its head
+    importance) and importance pruning at 0.5 and 0.3, under today's recipe."""
+    from dataclasses import asdict
+
+    from budget_plugin.tools.files import write_json
+    from budget_plugin.tools.study.plan import Run, recipe_of
+
+    importance = torch.rand(layers, heads, generator=rng)
+    for system, ratio in (("dense", None), ("importance", 0.5), ("importance", 0.3)):
+        run = Run("TOY", system, 1, ratio)
+        record = {"dataset": "TOY", "system": system, "ratio": ratio, "seed": 1, "recipe": asdict(recipe_of(run, cfg)),
+                  "dev_accuracy": 70.0, "test_accuracy": 71.0, "finished": "2026-12-05 00:00:00", "options": []}
+        if system == "dense":
+            record["importance"] = importance.tolist()
+        else:
+            counts = [round(ratio * heads)] * layers
+            record["options"] = ["--head-selection", "kept", "--kept-heads", kept_heads_option(kept_heads(importance, counts))]
+        write_json(run.record(cfg), record)
+
+
+@pytest.mark.slow
+def test_the_latency_study_end_to_end_on_a_toy_task(tmp_path):
+    """scripts/latency_study.py on a toy task and a tiny 6-layer BERT of 10 heads: every
+    system trained once, the nested model scored at every dial setting, everything timed
+    side by side, and the report written; a second run trains and times nothing."""
+    import importlib.util
+    import json
+
+    from budget_plugin.tools import finetune
+    from budget_plugin.tools.prepare import prepare_task
+    from budget_plugin.tools.study.plan import StudyConfig
+    from budget_plugin.tools.tiny_bert import TINY, write_bert
+    from conftest import REPO
+    from test_reproduce import write_toy_task
+
+    write_toy_task(tmp_path / "raw" / "TOY")
+    config = dict(TINY, vocab_size=26, num_hidden_layers=6, hidden_size=40, num_attention_heads=10)
+    model = finetune.convert(write_bert(tmp_path / "bert", config), tmp_path / "data" / "model", lambda m: None)
+    prepare_task(tmp_path / "raw" / "TOY", tmp_path / "data", layout="SST-2", labelled_test=True, wordpiece=model,
+                 log=lambda m: None)
+    cfg = StudyConfig(data_dir=tmp_path / "data", model_dir=tmp_path / "data" / "model", out_dir=tmp_path / "results",
+                      save_dir=tmp_path / "runs", datasets=("TOY",), seeds=(1,), updates={"TOY": 4}, jobs=1)
+    write_records(cfg, heads=10, layers=6, rng=torch.Generator().manual_seed(0))
+    spec = importlib.util.spec_from_file_location("latency_study", REPO / "scripts" / "latency_study.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    argv = ["--datasets", "TOY", "--seeds", "1", "--updates", "TOY=4", "--data-dir", tmp_path / "data",
+            "--out-dir", tmp_path / "results", "--save-dir", tmp_path / "runs", "--latency-repeats", "1",
+            "--latency-batches", "1", "--latency-examples", "4"]
+    script.main(list(map(str, argv)))
+    records = tmp_path / "results" / "reproduce" / "TOY"
+    nested = json.loads((records / "nested-seed1.json").read_text())
+    assert list(nested["dial_per_input"]) == ["1", "0.75", "0.5", "0.3", "0.2"]
+    for ratio, scored in nested["dial_fixed"].items():  # the twin keeps the dial's total heads on dev
+        assert sum(scored["counts"]) == round(sum(nested["dial_per_input"][ratio]["valid"]["heads_per_layer"]))
+    importance = json.loads((records / "importance-0.2-seed1.json").read_text())
+    assert kept_counts(importance["options"]) == nested["dial_fixed"]["0.2"]["counts"]
+    # fairseq-train pruned the model as AdaPrune does, and fairseq-validate loaded it through the task
+    assert json.loads((records / "adaprune-0.3-seed1.json").read_text())["dev_heads_per_layer"] == [4.0] * 6
+    assert "Prune model: keep 4 heads" in (tmp_path / "runs" / "TOY" / "adaprune-0.3" / "seed1" / "train.log").read_text()
+    assert json.loads((records / "layers4-seed1.json").read_text())["dev_heads_per_layer"] == [10.0] * 4
+    group = json.loads((records / "latency-seed1.json").read_text())
+    systems = group["systems"]
+    assert set(systems) == {"dense", "importance-0.5", "importance-0.3", "importance-0.2", "adaprune-0.3", "layers4",
+                            "exported @ 0.3", "exported @ 0.2"} | {f"{kind} @ {r}" for kind in ("nested", "fixed")
+                                                                    for r in ("0.75", "0.5", "0.3", "0.2")} | {"nested @ 1"}
+    for ratio in ("0.3", "0.2"):  # the export computes what the dial's fixed counts compute
+        assert systems[f"exported @ {ratio}"]["test_accuracy"] == nested["dial_fixed"][ratio]["test"]["accuracy"]
+        assert systems[f"exported @ {ratio}"]["heads_per_layer"] == nested["dial_fixed"][ratio]["counts"]
+    assert systems["layers4"]["model_flops"] < systems["dense"]["model_flops"]
+    report = json.loads((tmp_path / "results" / "latency.json").read_text())
+    held = {t["dataset"]: t["held"] for t in report["targets"]}
+    assert held["all"] is None  # it needs three data sets; one data set's are judged on the seeds asked for
+    assert all(t["held"] in (True, False) for t in report["targets"] if t["dataset"] == "TOY")
+    assert "TOY" in report["paragraph"] and (tmp_path / "results" / "latency_TOY.png").is_file()
+    before = {p.name: p.stat().st_mtime_ns for p in records.iterdir()}
+    script.main(list(map(str, argv)))
+    assert {p.name: p.stat().st_mtime_ns for p in records.iterdir()} == before

@@ -14,7 +14,7 @@ seed, in this order, each recorded once beside the accuracy study's records:
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import asdict
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -28,23 +28,14 @@ from ..measure import accuracy_and_ratio, count_flops, heads_per_input, latencie
 from ..progress import log
 from ..timing import machine_info
 from .nested import DIAL, fixed_counts, train_nested
-from .plan import Run, StudyConfig, cached_record, finished
+from .plan import Latency, Run, StudyConfig, cached_record, finished
 from .train import train
 
 ADAPRUNE_HEADS = 4  # head ratio 0.3 of 12 heads, rounded up as the learned budgets at 0.3 mostly did
 LAYERS_KEPT = "0,1,2,3"  # fairseq's --encoder-layers-to-keep: the converted encoder's first 4 of 6 layers
 RECORDED_IMPORTANCE = (0.5, 0.3)  # importance pruning the accuracy study recorded
 EXPORTED = ("0.3", "0.2")  # the nested model's counts exported as physically smaller models
-
-
-@dataclass(frozen=True)
-class Timing:
-    """What is timed on test: the first ``examples`` one at a time, the first ``batches``
-    batches of 32; the median of ``repeats`` interleaved rounds."""
-
-    repeats: int = 5
-    batches: int = 8
-    examples: int = 64
+TIMING = Latency(examples=64)  # the accuracy study's timing, with twice its single sentences
 
 
 def baselines(dataset: str, seed: int, nested: dict, cfg: StudyConfig) -> List[Tuple[Run, List[str]]]:
@@ -61,7 +52,7 @@ def baselines(dataset: str, seed: int, nested: dict, cfg: StudyConfig) -> List[T
     ]
 
 
-def run_group(dataset: str, seed: int, cfg: StudyConfig, timing: Timing) -> dict:
+def run_group(dataset: str, seed: int, cfg: StudyConfig) -> dict:
     """Everything of a data set and seed, each step done once; the latency record."""
     nested = train_nested(Run(dataset, "nested", seed), cfg)
     records = {run.name: train(run, options, cfg) for run, options in baselines(dataset, seed, nested, cfg)}
@@ -70,10 +61,10 @@ def run_group(dataset: str, seed: int, cfg: StudyConfig, timing: Timing) -> dict
         records[run.name] = finished(run, cfg)
         if records[run.name] is None:
             raise SystemExit(f"error: {run.record(cfg)}: no record of the accuracy study's importance pruning")
-    return measure_group(dataset, seed, cfg, timing, nested, records)
+    return measure_group(dataset, seed, cfg, nested, records)
 
 
-def run_all(cfg: StudyConfig, timing: Timing, deadline: Optional[float] = None) -> None:
+def run_all(cfg: StudyConfig, deadline: Optional[float] = None) -> None:
     """Every data set and seed (a seed at a time), until the ``deadline`` (a
     time.time()) has passed: a group under way finishes."""
     for seed in cfg.seeds:
@@ -81,7 +72,7 @@ def run_all(cfg: StudyConfig, timing: Timing, deadline: Optional[float] = None) 
             if deadline is not None and time.time() > deadline:
                 log("the time given is up: run the study again to go on")
                 return
-            run_group(dataset, seed, cfg, timing)
+            run_group(dataset, seed, cfg)
 
 
 def kept_counts(options: List[str]) -> List[int]:
@@ -138,13 +129,13 @@ def spread(model, batches: List[dict], pad: int) -> dict:
             "length_correlation": correlation, "std": ratio.std().item()}
 
 
-def measure_group(dataset: str, seed: int, cfg: StudyConfig, timing: Timing, nested: dict,
-                  records: Dict[str, dict]) -> dict:
+def measure_group(dataset: str, seed: int, cfg: StudyConfig, nested: dict, records: Dict[str, dict]) -> dict:
     """Heads, FLOPs and CPU latency of every system of a data set and seed on test, side
     by side (cached: redone only when a record it was made from changed)."""
     path = cfg.records / dataset / f"latency-seed{seed}.json"
+    timing = cfg.latency
     stamp = {"nested": nested["finished"], **{name: r["finished"] for name, r in records.items()},
-             "timing": vars(timing)}
+             "timing": asdict(timing)}
     if (group := cached_record(path, made_from=stamp)) is not None:
         return group
     torch.set_num_threads(os.cpu_count() or 1)  # one model at a time: every core
