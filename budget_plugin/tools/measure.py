@@ -41,18 +41,26 @@ def count_flops(model, batches: Sequence[dict]) -> MeasuredFlops:
 
 
 @torch.no_grad()
-def accuracy_and_ratio(model, batches: Sequence[dict]) -> Tuple[float, float]:
-    """Accuracy (%) over the batches' examples, and the mean head ratio the model ran (1
-    for a model without head budgets)."""
-    correct = examples = heads = slots = 0
+def accuracy_and_heads(model, batches: Sequence[dict]) -> Tuple[float, Optional[List[float]]]:
+    """Accuracy (%) over the batches' examples and each layer's mean heads (None for a
+    model without head budgets), in one pass."""
+    correct = examples = 0
+    totals = None
     for sample in batches:
         logits, extra = classify(model, tokens(sample))
         correct += int((logits.argmax(-1) == sample["target"].view(-1)).sum())
         examples += logits.size(0)
-        for layer in extra.get("budget") or []:
-            heads += float(layer["heads"].sum())
-            slots += layer["heads"].numel() * model.args.encoder_attention_heads
-    return 100 * correct / examples, (heads / slots if slots else 1.0)
+        if extra.get("budget"):
+            heads = torch.stack([layer["heads"].float().sum() for layer in extra["budget"]])
+            totals = heads if totals is None else totals + heads
+    return 100 * correct / examples, (None if totals is None else (totals / examples).tolist())
+
+
+def accuracy_and_ratio(model, batches: Sequence[dict]) -> Tuple[float, float]:
+    """Accuracy (%) over the batches' examples, and the mean head ratio the model ran (1
+    for a model without head budgets)."""
+    accuracy, heads = accuracy_and_heads(model, batches)
+    return accuracy, (sum(heads) / (len(heads) * model.args.encoder_attention_heads) if heads else 1.0)
 
 
 @torch.no_grad()

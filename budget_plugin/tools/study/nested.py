@@ -18,7 +18,7 @@ import torch
 from ..benchmark.dial import whole_counts
 from ..checkpoints import load_checkpoint
 from ..files import write_json
-from ..measure import accuracy_and_ratio, layer_heads, split_batches
+from ..measure import accuracy_and_heads, accuracy_and_ratio, split_batches
 from ..nested_recipe import NestedRecipe, finetune_nested
 from ..progress import log
 from .plan import Run, StudyConfig, cached_record, recipe_of
@@ -32,8 +32,8 @@ def scored(model, batches: Dict[str, List[dict]], head_ratio: str) -> dict:
     with model.dialled(head_ratio):
         found = {}
         for split, split_batches_ in batches.items():
-            accuracy, _ = accuracy_and_ratio(model, split_batches_)
-            found[split] = {"accuracy": accuracy, "heads_per_layer": layer_heads(model, split_batches_)}
+            accuracy, heads = accuracy_and_heads(model, split_batches_)
+            found[split] = {"accuracy": accuracy, "heads_per_layer": heads}
     return found
 
 
