@@ -30,13 +30,12 @@ The steps are budget_plugin/tools/study/: nested.py, latency.py and latency_repo
 
 import argparse
 import logging
-import time
 from pathlib import Path
 
 logging.basicConfig(level=logging.WARNING)  # before fairseq sets up INFO logging
 
 from budget_plugin.tools.study import latency, latency_report  # noqa: E402
-from budget_plugin.tools.study.plan import UPDATES, Latency, StudyConfig, parse_updates  # noqa: E402
+from budget_plugin.tools.study.options import add_study_options, study_config  # noqa: E402
 from budget_plugin.tools.study.prepare import prepare  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,40 +43,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--datasets", nargs="+", default=["MR", "TREC", "BBC"], help="data sets (DATA_DIR/NAME-bin)")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
-    parser.add_argument("--updates", nargs="*", metavar="NAME=N",
-                        help=f"updates per data set (default: the accuracy study's, {UPDATES}; other numbers "
-                        "retrain everything, the accuracy study's records included)")
-    parser.add_argument("--data-dir", type=Path, default=REPO / "data" / "minilm",
-                        help="binarized data sets, prepared with the model's WordPiece vocabulary when missing")
-    parser.add_argument("--model-dir", type=Path, help="the converted encoder (default: DATA_DIR/model, "
-                        "all-MiniLM-L6-v2 converted there when missing)")
-    parser.add_argument("--out-dir", type=Path, default=REPO / "results",
-                        help="the report; the records in OUT_DIR/reproduce")
-    parser.add_argument("--save-dir", type=Path, default=REPO / "checkpoints" / "reproduce")
-    parser.add_argument("--stop-after", type=float, metavar="MINUTES",
-                        help="start no data set and seed after this many minutes")
-    parser.add_argument("--report-only", action="store_true", help="train and time nothing: the report from the records")
-    parser.add_argument("--latency-repeats", type=int, default=latency.TIMING.repeats)
-    parser.add_argument("--latency-batches", type=int, default=latency.TIMING.batches,
-                        help="batches of 32 timed (the first N of test)")
-    parser.add_argument("--latency-examples", type=int, default=latency.TIMING.examples,
-                        help="single examples timed (the first N of test)")
-    args = parser.parse_args(argv)
-    for name in ("latency_repeats", "latency_batches", "latency_examples"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1")
-    updates = parse_updates(args.updates, UPDATES)
-    missing = [d for d in args.datasets if d not in updates]
-    if missing:
-        parser.error(f"--updates has no number of updates for {', '.join(missing)} (give NAME=N)")
-    cfg = StudyConfig(data_dir=args.data_dir.resolve(), model_dir=(args.model_dir or args.data_dir / "model").resolve(),
-                      out_dir=args.out_dir.resolve(), save_dir=args.save_dir.resolve(), datasets=tuple(args.datasets),
-                      seeds=tuple(args.seeds), updates=updates, jobs=1,
-                      latency=Latency(args.latency_repeats, args.latency_batches, args.latency_examples))
-    deadline = None if args.stop_after is None else time.time() + 60 * args.stop_after
-    return cfg, args.report_only, deadline
+    add_study_options(parser, REPO, latency.TIMING)
+    # one training at a time on every core, the accuracy study's recipe
+    return study_config(parser, parser.parse_args(argv), jobs=1)
 
 
 def main(argv=None):

@@ -50,7 +50,6 @@ train.py, measure.py, report.py (the values) and render.py (the files).
 
 import argparse
 import logging
-import time
 from pathlib import Path
 
 logging.basicConfig(level=logging.WARNING)  # before fairseq sets up INFO logging
@@ -58,51 +57,24 @@ logging.basicConfig(level=logging.WARNING)  # before fairseq sets up INFO loggin
 from budget_plugin.tools.progress import log  # noqa: E402
 from budget_plugin.tools.study import measure, render, report, train  # noqa: E402
 from budget_plugin.tools.study.prepare import prepare  # noqa: E402
-from budget_plugin.tools.study.plan import UPDATES, Latency, Plan, StudyConfig, parse_updates  # noqa: E402
+from budget_plugin.tools.study.options import add_study_options, study_config  # noqa: E402
+from budget_plugin.tools.study.plan import Latency, Plan, StudyConfig  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--datasets", nargs="+", default=list(StudyConfig.datasets),
-                        help="data sets (DATA_DIR/NAME-bin)")
-    parser.add_argument("--seeds", nargs="+", type=int, default=list(StudyConfig.seeds))
-    parser.add_argument("--updates", nargs="*", metavar="NAME=N", help=f"updates per data set (default {UPDATES})")
+    add_study_options(parser, REPO, Latency())
     parser.add_argument("--lr", type=float, default=StudyConfig.lr)
     parser.add_argument("--jobs", type=int, default=StudyConfig.jobs,
                         help="trainings at a time (each on cores / jobs threads)")
-    parser.add_argument("--data-dir", type=Path, default=REPO / "data" / "minilm",
-                        help="binarized data sets, prepared with the model's WordPiece vocabulary when missing")
-    parser.add_argument("--model-dir", type=Path, help="the converted encoder (default: DATA_DIR/model, "
-                        "all-MiniLM-L6-v2 converted there when missing)")
-    parser.add_argument("--out-dir", type=Path, default=REPO / "results",
-                        help="the report; the run records in OUT_DIR/reproduce")
-    parser.add_argument("--save-dir", type=Path, default=REPO / "checkpoints" / "reproduce")
-    parser.add_argument("--stop-after", type=float, metavar="MINUTES", help="start no training after this many minutes")
-    parser.add_argument("--report-only", action="store_true", help="train nothing: the report from the records")
     parser.add_argument("--no-measure", dest="measure", action="store_false",
                         help="report accuracies only (no FLOPs or latency)")
-    parser.add_argument("--latency-repeats", type=int, default=Latency.repeats)
-    parser.add_argument("--latency-batches", type=int, default=Latency.batches,
-                        help="batches of 32 timed (the first N of test)")
-    parser.add_argument("--latency-examples", type=int, default=Latency.examples,
-                        help="single examples timed (the first N of test)")
     args = parser.parse_args(argv)
-    updates = parse_updates(args.updates, UPDATES)
-    missing = [d for d in args.datasets if d not in updates]
-    if missing:
-        parser.error(f"--updates has no number of updates for {', '.join(missing)} (give NAME=N)")
-    for name in ("jobs", "latency_repeats", "latency_batches", "latency_examples"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1")
-    cfg = StudyConfig(
-        data_dir=args.data_dir.resolve(), model_dir=(args.model_dir or args.data_dir / "model").resolve(),
-        out_dir=args.out_dir.resolve(), save_dir=args.save_dir.resolve(), datasets=tuple(args.datasets),
-        seeds=tuple(args.seeds), updates=updates, lr=args.lr, jobs=args.jobs, measure=args.measure,
-        latency=Latency(args.latency_repeats, args.latency_batches, args.latency_examples))
-    deadline = None if args.stop_after is None else time.time() + 60 * args.stop_after
-    return cfg, args.report_only, deadline
+    if args.jobs < 1:
+        parser.error("--jobs must be >= 1")
+    return study_config(parser, args, lr=args.lr, jobs=args.jobs, measure=args.measure)
 
 
 def main(argv=None):
