@@ -123,7 +123,8 @@ def spread(model, batches: List[dict], pad: int) -> dict:
     order = lengths.argsort()
     quartiles = [ratio[q].mean().item() for q in order.tensor_split(4)]
     edges = [lengths[q].max().item() for q in order.tensor_split(4)]
-    correlation = torch.corrcoef(torch.stack([lengths, ratio]))[0, 1].item() if ratio.std() > 0 else 0.0
+    # undefined (NaN) where every input has the same length or head ratio
+    correlation = torch.corrcoef(torch.stack([lengths, ratio]))[0, 1].item()
     return {"per_class": {int(c): ratio[targets == c].mean().item() for c in targets.unique().tolist()},
             "per_length_quartile": quartiles, "length_quartile_max_tokens": edges,
             "length_correlation": correlation, "std": ratio.std().item()}
