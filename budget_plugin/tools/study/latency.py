@@ -27,7 +27,7 @@ from ..importance import kept_heads, kept_heads_option
 from ..measure import accuracy_and_ratio, count_flops, heads_per_input, latencies, layer_heads, split_batches, tokens
 from ..progress import log
 from ..timing import machine_info
-from .nested import DIAL, fixed_counts, train_nested
+from .nested import DIAL, train_nested, twin_counts
 from .plan import Latency, Run, StudyConfig, cached_record, finished
 from .train import train
 
@@ -44,7 +44,7 @@ def baselines(dataset: str, seed: int, nested: dict, cfg: StudyConfig) -> List[T
     if dense is None:
         raise SystemExit(f"error: {Run(dataset, 'dense', seed).record(cfg)}: no dense record (the accuracy "
                          "study's: scripts/reproduce.py), whose importance the baselines use")
-    kept = kept_heads(torch.tensor(dense["importance"]), fixed_counts(nested, "0.2"))
+    kept = kept_heads(torch.tensor(dense["importance"]), twin_counts(nested, "0.2"))
     return [
         (Run(dataset, "importance", seed, 0.2), ["--head-selection", "kept", "--kept-heads", kept_heads_option(kept)]),
         (Run(dataset, "adaprune", seed, 0.3), ["--mha-heads-to-keep", str(ADAPRUNE_HEADS), "--restore-file", "ADAPRUNED"]),
@@ -103,9 +103,9 @@ def systems(dataset: str, seed: int, cfg: StudyConfig, nested: dict, records: Di
     for ratio in DIAL:
         found[f"nested @ {ratio}"] = dialled(model, ratio)
         if ratio != "1":
-            found[f"fixed @ {ratio}"] = dialled(model, ",".join(map(str, fixed_counts(nested, ratio))))
+            found[f"fixed @ {ratio}"] = dialled(model, ",".join(map(str, twin_counts(nested, ratio))))
     for ratio in EXPORTED:
-        found[f"exported @ {ratio}"] = physical(fixed_counts(nested, ratio))
+        found[f"exported @ {ratio}"] = physical(twin_counts(nested, ratio))
     return found, task
 
 

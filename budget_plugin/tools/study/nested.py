@@ -11,7 +11,7 @@ a record of today's recipe is never redone."""
 
 import time
 from dataclasses import asdict
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import torch
 
@@ -71,6 +71,6 @@ def train_nested(run: Run, cfg: StudyConfig) -> dict:
     return record
 
 
-def fixed_counts(record: dict, ratio: str) -> Optional[List[int]]:
-    """The fixed per-layer counts of the nested model's dial at ``ratio`` (chosen on dev)."""
-    return record["dial_fixed"][ratio]["counts"] if ratio in record["dial_fixed"] else None
+def twin_counts(record: dict, ratio: str) -> List[int]:
+    """The static twin's per-layer counts at ``ratio`` (chosen on dev), from a nested record."""
+    return record["dial_fixed"][ratio]["counts"]
