@@ -29,9 +29,10 @@ $(VENV)/.installed: setup.py
 setup: $(VENV)/.installed
 
 # two workers (most tests run one single-threaded fairseq process at a time); a
-# file's tests stay together, so each module's fixtures are built once
+# file's tests stay together, so each module's fixtures are built once; the longest
+# files go first (tests/conftest.py), not the files of most tests (xdist's default)
 test: setup
-	$(PY) -m pytest -q -n 2 --dist loadfile tests
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests
 
 # the math and wiring, without the end-to-end runs of fairseq's tools and the scripts
 test-fast: setup

@@ -9,7 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
+
+# one thread per test process, set before torch reads it: `make test`'s two workers then
+# share two cores without oversubscribing them, and the studies run in-process (which
+# take their threads from it) time one thread
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
 
 if not torch.cuda.is_available():  # the GPU path's Triton kernels, run by Triton's interpreter on CPU
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -23,6 +29,20 @@ from fairseq.models import ARCH_CONFIG_REGISTRY
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN_DIR = str(REPO / "budget_plugin")
 BIN = Path(sys.executable).parent
+
+
+# The files that take longest, longest first (pytest --durations): `make test` runs them
+# first (--dist loadfile --no-loadscope-reorder), so that its two workers finish
+# together instead of one running the last long file alone.
+LONGEST_FIRST = ["test_cli.py", "test_reproduce.py", "test_latency_study.py", "test_hub_and_warm_start.py",
+                 "test_demo.py", "test_glue_metrics.py", "test_resume.py", "test_prepare_glue.py", "test_hydra.py",
+                 "test_distributed.py", "test_benchmark.py", "test_convert_bert.py", "test_bad_input.py",
+                 "test_determinism.py"]
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's own order kept
 
 
 @pytest.fixture(autouse=True)

@@ -37,6 +37,19 @@ class BudgetSentencePredictionConfig(SentencePredictionConfig):
     )
 
 
+def prune_attention_heads(model, reserve) -> list:
+    """Cut every layer of a stock RoBERTa to the heads ``reserve(attention)`` names (as
+    fairseq's (start, end) column ranges), with fairseq's own AdaPrune functions; the
+    ranges per layer."""
+    kept = []
+    for layer in model.encoder.sentence_encoder.layers:
+        attention = layer.self_attn
+        kept.append(reserve(attention))
+        attention._adaptive_prune_heads(reserve_head_index=kept[-1])
+        attention._set_skip_embed_dim_check()
+    return kept
+
+
 def shape_adaprune_heads(model, heads_to_keep: int) -> None:
     """Give a stock RoBERTa the attention shapes of a checkpoint that fairseq's AdaPrune
     (``--mha-heads-to-keep``) pruned, before its weights are loaded. fairseq-train does
@@ -44,11 +57,8 @@ def shape_adaprune_heads(model, heads_to_keep: int) -> None:
     checkpoint; which heads are kept does not matter here, the weights replace them."""
     if heads_to_keep is None or heads_to_keep == -1:
         return
-    for layer in model.encoder.sentence_encoder.layers:
-        attention = layer.self_attn
-        attention._adaptive_prune_heads([(i * attention.head_dim, (i + 1) * attention.head_dim)
-                                         for i in range(heads_to_keep)])
-        attention._set_skip_embed_dim_check()
+    prune_attention_heads(model, lambda attention: [(i * attention.head_dim, (i + 1) * attention.head_dim)
+                                                    for i in range(heads_to_keep)])
 
 
 @register_task("budget_sentence_prediction", dataclass=BudgetSentencePredictionConfig)

@@ -9,6 +9,7 @@ from typing import List
 
 import torch
 
+from ..tasks.budget_sentence_prediction import prune_attention_heads
 from .checkpoints import load_checkpoint, read
 from .files import atomic_path
 
@@ -16,14 +17,9 @@ from .files import atomic_path
 def prune_by_magnitude(model, heads_to_keep: int) -> List[List[int]]:
     """Prune a stock RoBERTa in place to each layer's ``heads_to_keep`` heads of largest
     q/k/v magnitude, with fairseq's own functions; the kept heads per layer, largest first."""
-    kept = []
-    for layer in model.encoder.sentence_encoder.layers:
-        attention = layer.self_attn
-        reserve = attention._get_reserve_head_index(num_heads_to_keep=heads_to_keep)
-        attention._adaptive_prune_heads(reserve_head_index=reserve)
-        attention._set_skip_embed_dim_check()
-        kept.append([start // attention.head_dim for start, _ in reserve])
-    return kept
+    kept = prune_attention_heads(model, lambda attention: attention._get_reserve_head_index(heads_to_keep))
+    head_dim = model.encoder.sentence_encoder.layers[0].self_attn.head_dim
+    return [[start // head_dim for start, _ in layer] for layer in kept]
 
 
 def magnitude_pruned(checkpoint: Path, data: Path, out: Path, heads_to_keep: int) -> List[List[int]]:

@@ -65,7 +65,10 @@ def accuracy_and_ratio(model, batches: Sequence[dict]) -> Tuple[float, float]:
 
 @torch.no_grad()
 def layer_heads(model, batches: Sequence[dict]) -> List[float]:
-    """Each layer's mean heads over the batches' examples."""
+    """Each layer's mean heads over the batches' examples; for a model without head
+    budgets, each layer's own heads (fewer where AdaPrune cut them), with no pass."""
+    if not hasattr(model, "budgeted_attentions"):
+        return [float(layer.self_attn.num_heads) for layer in model.encoder.sentence_encoder.layers]
     totals, examples = None, 0
     for sample in batches:
         _, extra = model(tokens(sample), features_only=True)

@@ -81,7 +81,7 @@ def dial_benchmark(checkpoint: str, data: str, ratios: Sequence[str] = RATIOS, r
         systems = {name: model for name, model in systems.items() if name == "dense" or name in only}
     found = {}
     for name, model in systems.items():
-        heads = layer_heads(model, batches) if name != "dense" else [float(H)] * nested.args.encoder_layers
+        heads = layer_heads(model, batches)
         found[name] = {"heads_per_layer": heads, "head_ratio": sum(heads) / (H * len(heads)),
                        "model_flops": count_flops(model, batches).total}
     models = list(systems.values())

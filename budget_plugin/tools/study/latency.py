@@ -12,7 +12,6 @@ seed, in this order, each recorded once beside the accuracy study's records:
    checkpoints (the accuracy study kept none); every importance-pruned model is timed
    physically pruned to its per-layer counts (see systems())."""
 
-import os
 import time
 from dataclasses import asdict
 from typing import Dict, List, Optional, Tuple
@@ -28,7 +27,7 @@ from ..measure import accuracy_and_ratio, count_flops, heads_per_input, latencie
 from ..progress import log
 from ..timing import machine_info
 from .nested import DIAL, train_nested, twin_counts
-from .plan import Latency, Run, StudyConfig, cached_record, finished
+from .plan import Latency, Run, StudyConfig, cached_record, cores, finished
 from .train import train
 
 ADAPRUNE_HEADS = 4  # head ratio 0.3 of 12 heads, rounded up as the learned budgets at 0.3 mostly did
@@ -109,11 +108,6 @@ def systems(dataset: str, seed: int, cfg: StudyConfig, nested: dict, records: Di
     return found, task
 
 
-def structural_heads(model) -> List[float]:
-    """A model without head budgets: each layer's heads (fewer where AdaPrune cut them)."""
-    return [float(layer.self_attn.num_heads) for layer in model.encoder.sentence_encoder.layers]
-
-
 def spread(model, batches: List[dict], pad: int) -> dict:
     """Where per-input budgets differ: the mean head ratio per gold class and per
     quartile of input length (tokens), and the correlation of length and head ratio."""
@@ -139,14 +133,13 @@ def measure_group(dataset: str, seed: int, cfg: StudyConfig, nested: dict, recor
              "timing": asdict(timing)}
     if (group := cached_record(path, made_from=stamp)) is not None:
         return group
-    torch.set_num_threads(os.cpu_count() or 1)  # one model at a time: every core
+    torch.set_num_threads(cores())  # one model at a time: every core
     models, task = systems(dataset, seed, cfg, nested, records)
     log(f"{dataset} seed {seed}: heads, FLOPs and latency of {len(models)} systems side by side")
     batches = split_batches(task, 32, "test")
     found = {}
     for name, model in models.items():
-        budgeted = hasattr(model, "budgeted_attentions")
-        found[name] = {"heads_per_layer": layer_heads(model, batches) if budgeted else structural_heads(model),
+        found[name] = {"heads_per_layer": layer_heads(model, batches),
                        "model_flops": count_flops(model, batches).total}
         if name.startswith("exported"):  # the exported model computes what the dial's fixed counts compute
             found[name]["test_accuracy"] = accuracy_and_ratio(model, batches)[0]

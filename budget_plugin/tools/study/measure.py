@@ -6,7 +6,6 @@ cached beside the records (measured-seedN.json, heads-seedN.json) and redone onl
 record it was made from changed."""
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -17,7 +16,7 @@ from ..checkpoints import load_checkpoint
 from ..measure import heads_per_input, measure_checkpoints, split_batches
 from ..files import write_json
 from ..progress import log
-from .plan import LEARNED, Plan, Run
+from .plan import LEARNED, Plan, Run, cores
 
 
 @dataclass
@@ -31,7 +30,7 @@ class Measured:
 
 def measure_all(plan: Plan) -> Dict[Tuple[str, int], Measured]:
     """Every complete data set and seed of the plan, measured (or read from its cache)."""
-    torch.set_num_threads(os.cpu_count() or 1)  # one model at a time: every core
+    torch.set_num_threads(cores())  # one model at a time: every core
     found = {}
     for dataset in plan.cfg.datasets:
         for seed in plan.cfg.seeds:

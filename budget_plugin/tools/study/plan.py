@@ -54,6 +54,13 @@ class Latency:
     examples: int = 32
 
 
+def cores() -> int:
+    """The threads a study may use: OMP_NUM_THREADS where it is set (as torch reads it),
+    else every core of the machine."""
+    setting = os.environ.get("OMP_NUM_THREADS", "")
+    return int(setting) if setting.isdigit() and int(setting) > 0 else os.cpu_count() or 1
+
+
 @dataclass(frozen=True)
 class StudyConfig:
     data_dir: Path  # DATA_DIR/NAME-bin, binarized with the model's WordPiece vocabulary
@@ -76,7 +83,7 @@ class StudyConfig:
 
     @property
     def threads_per_job(self) -> int:
-        return max(1, (os.cpu_count() or 1) // self.jobs)
+        return max(1, cores() // self.jobs)
 
 
 def parse_updates(items: Optional[Sequence[str]], defaults: Dict[str, int]) -> Dict[str, int]:
