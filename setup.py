@@ -28,9 +28,9 @@ setup(
         "tokenizers",
     ],
     extras_require={
-        # xdist: the suite on both cores; triton: the GPU path's kernels, which the tests
+        # xdist (3.8, tested: --no-loadscope-reorder): the suite on both cores; triton: the GPU path's kernels, which the tests
         # run in Triton's interpreter where there is no GPU
-        "test": ["pytest", "pytest-xdist", "matplotlib", 'triton; platform_system == "Linux" and platform_machine == "x86_64"'],
+        "test": ["pytest", "pytest-xdist>=3.8", "matplotlib", 'triton; platform_system == "Linux" and platform_machine == "x86_64"'],
         "viz": ["matplotlib"],
     },
 )
