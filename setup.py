@@ -28,8 +28,9 @@ setup(
         "tokenizers",
     ],
     extras_require={
-        # xdist (3.8, tested: --no-loadscope-reorder): the suite on both cores; triton: the GPU path's kernels, which the tests
-        # run in Triton's interpreter where there is no GPU
+        # xdist: the suite on both cores (3.8: make test's --no-loadscope-reorder, tested);
+        # triton: the GPU path's kernels, which the tests run in Triton's interpreter where
+        # there is no GPU
         "test": ["pytest", "pytest-xdist>=3.8", "matplotlib", 'triton; platform_system == "Linux" and platform_machine == "x86_64"'],
         "viz": ["matplotlib"],
     },
