@@ -133,7 +133,7 @@ def measure_group(dataset: str, seed: int, cfg: StudyConfig, nested: dict, recor
              "timing": asdict(timing)}
     if (group := cached_record(path, made_from=stamp)) is not None:
         return group
-    torch.set_num_threads(cores())  # one model at a time: every core
+    torch.set_num_threads(cores())  # one model at a time: every core the study may use
     models, task = systems(dataset, seed, cfg, nested, records)
     log(f"{dataset} seed {seed}: heads, FLOPs and latency of {len(models)} systems side by side")
     batches = split_batches(task, 32, "test")

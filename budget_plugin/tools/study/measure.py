@@ -30,7 +30,7 @@ class Measured:
 
 def measure_all(plan: Plan) -> Dict[Tuple[str, int], Measured]:
     """Every complete data set and seed of the plan, measured (or read from its cache)."""
-    torch.set_num_threads(cores())  # one model at a time: every core
+    torch.set_num_threads(cores())  # one model at a time: every core the study may use
     found = {}
     for dataset in plan.cfg.datasets:
         for seed in plan.cfg.seeds:
