@@ -39,7 +39,7 @@ test-fast: setup
 	$(PY) -m pytest -q -m "not slow" tests
 
 demo: setup
-	$(PY) scripts/demo.py
+	$(PY) examples/budgetformer/demo.py
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -13,6 +13,6 @@ fairseq_patches.apply()
 
 from . import criterions, encoders, models, modules, tasks  # noqa: E402  (registers everything)
 from .models import BudgetFormerModel  # noqa: E402
+from .version import __version__  # noqa: E402
 
-__version__ = "0.1.0"
-__all__ = ["BudgetFormerModel", "criterions", "encoders", "models", "modules", "tasks"]
+__all__ = ["__version__", "BudgetFormerModel", "criterions", "encoders", "models", "modules", "tasks"]

@@ -93,7 +93,7 @@ class BudgetConfig(FairseqDataclass):
             "help": "'learned': BudgetFormer's per-input budget and relevance. 'nested': "
             "the per-input budget alone, each input running the first k heads of every "
             "layer (for a checkpoint whose heads are ordered by importance: "
-            "budget_plugin/tools/reorder.py), so one model serves every budget and a "
+            "budget_plugin/nested/reorder.py), so one model serves every budget and a "
             "prefix runs on views of the weights. Baselines with a fixed budget "
             "(--fixed-heads): 'static' learns one head subset per layer shared by every "
             "input; 'random' draws each input's heads uniformly; 'kept' runs named heads "

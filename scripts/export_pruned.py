@@ -1,44 +1,9 @@
 #!/usr/bin/env python3
-"""Export a nested BudgetFormer at a fixed budget as a physically smaller checkpoint.
+"""The ``budget-export`` command, for a checkout without ``pip install`` (budget_plugin/cli/export.py)."""
 
-Each layer keeps only the weights of the heads it runs (its first k, the most
-important: the nested model's heads are in importance order) and no router. The
-export computes what ``fairseq-validate --head-ratio k1,...,kL`` computes on the
-nested checkpoint, loads with ``fairseq-validate`` and the hub, and is the latency
-limit of that budget (budget_plugin/tools/export.py).
-
-    python scripts/export_pruned.py checkpoints/nested/checkpoint_best.pt exported/ --head-ratio 0.3
-    python scripts/export_pruned.py checkpoints/nested/checkpoint_best.pt exported/ --head-ratio 4,4,3,3,4,4
-"""
-
-import argparse
-import logging
 import sys
-from pathlib import Path
 
-logging.basicConfig(level=logging.WARNING)  # before fairseq sets up INFO logging
-
-from budget_plugin.tools.errors import run_cli  # noqa: E402
-from budget_plugin.tools.export import export_pruned  # noqa: E402
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("checkpoint", type=Path, help="a --head-selection nested checkpoint")
-    parser.add_argument("out_dir", type=Path, help="where to write checkpoint_pruned.pt")
-    parser.add_argument("--head-ratio", required=True,
-                        help="a ratio R (round(R x H) heads in every layer) or one count per layer (4,4,3,3,4,4)")
-    args = parser.parse_args(argv)
-
-    def body():
-        out = args.out_dir / "checkpoint_pruned.pt"
-        counts = export_pruned(args.checkpoint, out, args.head_ratio)
-        before, after = args.checkpoint.stat().st_size, out.stat().st_size
-        print(f"wrote {out}: heads per layer {','.join(map(str, counts))}; {after / 2**20:.1f} MiB "
-              f"(the checkpoint read: {before / 2**20:.1f} MiB, with its optimizer state if saved)")
-
-    return run_cli(body)
-
+from budget_plugin.cli.export import main
 
 if __name__ == "__main__":
     sys.exit(main())

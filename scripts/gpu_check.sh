@@ -28,7 +28,7 @@ timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_gpu_heads.py tes
 tests=${PIPESTATUS[0]}
 bench() {  # name, seconds, then benchmark options
   local name=$1 seconds=$2; shift 2
-  timeout "$seconds" python3 scripts/benchmark.py --device cuda --repeats 30 --warmup 3 --time-budget 5 \
+  timeout "$seconds" python3 examples/budgetformer/benchmark.py --device cuda --repeats 30 --warmup 3 --time-budget 5 \
     --json "$OUT/$name.json" --markdown "$OUT/$name.md" "$@" > "$OUT/$name.log" 2>&1
   echo "$name: exit $?"
 }

@@ -20,11 +20,12 @@ import torch  # noqa: E402
 if not torch.cuda.is_available():  # the GPU path's Triton kernels, run by Triton's interpreter on CPU
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from fairseq.data import Dictionary
+from fairseq.models import ARCH_CONFIG_REGISTRY
+
 import budget_plugin  # noqa: F401  (registers the plugin)
 from budget_plugin.models.budgetformer import BudgetFormerModel
 from budget_plugin.tools.fairseq_cli import console_script, parse_metrics  # noqa: F401  (the tests' one parser too)
-from fairseq.data import Dictionary
-from fairseq.models import ARCH_CONFIG_REGISTRY
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN_DIR = str(REPO / "budget_plugin")
@@ -162,7 +163,7 @@ def recomputed(checkpoint, data, split):
     its accuracy as fairseq logs it (rounded to 0.1) and, for a BudgetFormer, the heads
     each input ran (N x L x H bool; None for a stock model)."""
     from budget_plugin.tools.checkpoints import load_checkpoint
-    from budget_plugin.tools.measure import classify, heads_per_input, samples, tokens
+    from budget_plugin.tools.evaluation import classify, heads_per_input, samples, tokens
 
     model, task = load_checkpoint(checkpoint, data)
     batches = list(samples(task, split, 64))

@@ -14,17 +14,17 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from budget_plugin.tasks.budget_sentence_prediction import BudgetSentencePredictionTask, DataSplitError
-from budget_plugin.tools.errors import DataError, run_cli
-from budget_plugin.tools.fairseq_cli import validation_metrics
-from budget_plugin.tools.glue_layout import LAYOUTS
-from budget_plugin.tools.prepare import prepare_task
-from budget_plugin.tools.tsv import read_task
-from conftest import PLUGIN_DIR, REPO, console_script, run, train_args
 from fairseq.data import Dictionary, indexed_dataset
 from fairseq.tasks.sentence_prediction import SentencePredictionConfig
 from test_prepare_glue import prepare_glue, sentence, write_tsv
+
+from budget_plugin.data.glue_layout import LAYOUTS
+from budget_plugin.data.prepare import prepare_task
+from budget_plugin.data.tsv import read_task
+from budget_plugin.tasks.budget_sentence_prediction import BudgetSentencePredictionTask, DataSplitError
+from budget_plugin.tools.errors import DataError, run_cli
+from budget_plugin.tools.fairseq_cli import validation_metrics
+from conftest import PLUGIN_DIR, REPO, console_script, run, train_args
 
 SST2_HEADER = ["sentence", "label"]
 
@@ -33,16 +33,7 @@ def quiet(message: str) -> None:
     pass
 
 
-def load_script(name: str):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-predict = load_script("predict")
+from budget_plugin.cli import predict  # noqa: E402
 
 
 def last_error(capsys) -> str:

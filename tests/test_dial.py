@@ -7,12 +7,12 @@ import argparse
 import pytest
 import torch
 import torch.nn.functional as F
+from test_model import make_criterion, make_sample
 
 from budget_plugin.models.budget_dial import DIAL_RATIOS, HeadRatio, parse_head_ratio
-from budget_plugin.tools.calibration import calibrate, mean_ratio
-from budget_plugin.tools.export import export_counts, pruned_checkpoint
+from budget_plugin.nested.calibration import calibrate, mean_ratio
+from budget_plugin.nested.export import export_counts, pruned_checkpoint
 from conftest import build_model, random_tokens
-from test_model import make_criterion, make_sample
 
 HEAD = "sentence_classification_head"
 
@@ -214,7 +214,7 @@ def test_no_sandwich_in_evaluation():
     ([2.5, 2.5], None),  # 5: one layer at 3
 ])
 def test_fixed_counts_keep_the_total_of_the_means(means, counts):
-    from budget_plugin.tools.benchmark.dial import whole_counts
+    from budget_research.benchmark.dial import whole_counts
 
     found = whole_counts(means)
     assert sum(found) == round(sum(means))

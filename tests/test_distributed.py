@@ -217,10 +217,13 @@ def test_only_the_lm_head_is_unused_when_heads_differ_per_example():
     through the criterion, which parameters have no gradient."""
     from types import SimpleNamespace
 
-    from budget_plugin.criterions.budget_sentence_prediction import (
-        BudgetSentencePredictionConfig, BudgetSentencePredictionCriterion)
-    from conftest import build_model, random_tokens
     from fairseq.data import Dictionary
+
+    from budget_plugin.criterions.budget_sentence_prediction import (
+        BudgetSentencePredictionConfig,
+        BudgetSentencePredictionCriterion,
+    )
+    from conftest import build_model, random_tokens
 
     model = build_model(num_classes=2, initial_budget=1.8, exploration_updates=10).train()
     criterion = BudgetSentencePredictionCriterion(

@@ -10,13 +10,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from fairseq.data import Dictionary
 
 from budget_plugin.criterions.budget_sentence_prediction import (
     BudgetSentencePredictionConfig,
     BudgetSentencePredictionCriterion,
 )
 from conftest import BIN, build_model, train_args
-from fairseq.data import Dictionary
 
 H = 4  # budgetformer_tiny
 MAX_POSITIONS = 64  # conftest.build_model

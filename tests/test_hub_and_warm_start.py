@@ -7,12 +7,12 @@ import sys
 
 import pytest
 import torch
-
-from budget_plugin import BudgetFormerModel
-from budget_plugin.tools import prepare
-from conftest import REPO, make_classification_data, run, train_args
 from fairseq import checkpoint_utils
 from fairseq.data.data_utils import collate_tokens
+
+from budget_plugin import BudgetFormerModel
+from budget_plugin.data import prepare
+from conftest import REPO, make_classification_data, run, train_args
 
 TINY_ROBERTA = ["--arch", "roberta", "--encoder-layers", 2, "--encoder-embed-dim", 64,
                 "--encoder-ffn-embed-dim", 128, "--encoder-attention-heads", 4]
@@ -101,7 +101,7 @@ def test_plot_heads_writes_pictures(trained_sst, tmp_path):
     pytest.importorskip("matplotlib")
     data, save = trained_sst
     out = tmp_path / "heads"
-    run([sys.executable, REPO / "scripts" / "plot_heads.py", "--checkpoint-dir", save, "--data", data,
+    run([sys.executable, REPO / "examples" / "budgetformer" / "plot_heads.py", "--checkpoint-dir", save, "--data", data,
          "--split", "valid", "--out-dir", out, "--tensorboard-logdir", tmp_path / "tb"])
     for name in ("heads_overall.png", "heads_by_class.png", "budgets.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
@@ -117,7 +117,7 @@ def test_plot_heads_writes_pictures(trained_sst, tmp_path):
     histogram = events.Histograms("budget_heads/layer0")[-1].histogram_value
     # every dev input's heads in layer 0, as heads.json counts them
     assert histogram.num == 40 and histogram.sum / 40 == pytest.approx(summary["mean_heads_per_layer"][0])
-    bad = subprocess.run([sys.executable, REPO / "scripts" / "plot_heads.py", "--checkpoint-dir", tmp_path, "--data",
+    bad = subprocess.run([sys.executable, REPO / "examples" / "budgetformer" / "plot_heads.py", "--checkpoint-dir", tmp_path, "--data",
                           data, "--out-dir", out], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr == f"error: --checkpoint-dir {tmp_path}: no checkpoint_best.pt in it\n"
 

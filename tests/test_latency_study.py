@@ -7,12 +7,11 @@ import copy
 import pytest
 import torch
 
-from budget_plugin.tasks.budget_sentence_prediction import shape_adaprune_heads
-from budget_plugin.tools.adaprune import prune_by_magnitude
+from budget_plugin.nested.importance import kept_heads, kept_heads_option
 from budget_plugin.tools.building import build_model as build_arch
-from budget_plugin.tools.importance import kept_heads, kept_heads_option
-from budget_plugin.tools.study.latency import kept_counts
-from budget_plugin.tools.study.latency_report import nested_curve, targets
+from budget_research.adaprune import prune_by_magnitude, shape_adaprune_heads
+from budget_research.study.latency import kept_counts
+from budget_research.study.latency_report import nested_curve, targets
 from conftest import random_tokens
 
 HEAD = "sentence_classification_head"
@@ -131,7 +130,7 @@ def write_records(cfg, heads, layers, rng):
     from dataclasses import asdict
 
     from budget_plugin.tools.files import write_json
-    from budget_plugin.tools.study.plan import Run, recipe_of
+    from budget_research.study.plan import Run, recipe_of
 
     importance = torch.rand(layers, heads, generator=rng)
     for system, ratio in (("dense", None), ("importance", 0.5), ("importance", 0.3)):
@@ -148,28 +147,29 @@ def write_records(cfg, heads, layers, rng):
 
 @pytest.mark.slow
 def test_the_latency_study_end_to_end_on_a_toy_task(tmp_path):
-    """scripts/latency_study.py on a toy task and a tiny 6-layer BERT of 10 heads: every
+    """examples/budgetformer/latency_study.py on a toy task and a tiny 6-layer BERT of 10 heads: every
     system trained once, the nested model scored at every dial setting, everything timed
     side by side, and the report written; a second run trains and times nothing."""
     import importlib.util
     import json
 
-    from budget_plugin.tools import finetune
-    from budget_plugin.tools.prepare import prepare_task
-    from budget_plugin.tools.study.plan import StudyConfig
-    from budget_plugin.tools.tiny_bert import TINY, write_bert
-    from conftest import REPO
     from test_reproduce import write_toy_task
+
+    from budget_plugin.data.bert_conversion import convert_logged
+    from budget_plugin.data.prepare import prepare_task
+    from budget_plugin.tools.tiny_bert import TINY, write_bert
+    from budget_research.study.plan import StudyConfig
+    from conftest import REPO
 
     write_toy_task(tmp_path / "raw" / "TOY")
     config = dict(TINY, vocab_size=26, num_hidden_layers=6, hidden_size=40, num_attention_heads=10)
-    model = finetune.convert(write_bert(tmp_path / "bert", config), tmp_path / "data" / "model", lambda m: None)
+    model = convert_logged(write_bert(tmp_path / "bert", config), tmp_path / "data" / "model", lambda m: None)
     prepare_task(tmp_path / "raw" / "TOY", tmp_path / "data", layout="SST-2", labelled_test=True, wordpiece=model,
                  log=lambda m: None)
     cfg = StudyConfig(data_dir=tmp_path / "data", model_dir=tmp_path / "data" / "model", out_dir=tmp_path / "results",
                       save_dir=tmp_path / "runs", datasets=("TOY",), seeds=(1,), updates={"TOY": 4}, jobs=1)
     write_records(cfg, heads=10, layers=6, rng=torch.Generator().manual_seed(0))
-    spec = importlib.util.spec_from_file_location("latency_study", REPO / "scripts" / "latency_study.py")
+    spec = importlib.util.spec_from_file_location("latency_study", REPO / "examples" / "budgetformer" / "latency_study.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     argv = ["--datasets", "TOY", "--seeds", "1", "--updates", "TOY=4", "--data-dir", tmp_path / "data",

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from fairseq import checkpoint_utils
 
 from conftest import PLUGIN_DIR, parse_metrics, run
-from fairseq import checkpoint_utils
 
 LEGACY = Path(__file__).resolve().parent / "fixtures" / "legacy"
 SYSTEMS = ("learned", "static", "random")

@@ -7,17 +7,17 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from fairseq.data import Dictionary
+from fairseq.logging import metrics
+from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
+from budget_plugin.config import BudgetConfig
 from budget_plugin.criterions.budget_sentence_prediction import (
     BudgetSentencePredictionConfig,
     BudgetSentencePredictionCriterion,
 )
-from budget_plugin.config import BudgetConfig
 from budget_plugin.modules import BudgetedAttention, exploration_at
 from conftest import build_model, random_tokens
-from fairseq.data import Dictionary
-from fairseq.logging import metrics
-from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
 
 @pytest.mark.parametrize(

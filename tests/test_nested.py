@@ -7,15 +7,14 @@ import math
 
 import pytest
 import torch
+from fairseq.models.transformer import TransformerConfig
+from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
+from test_fast_path import WeightCopies, cuda_layout
 
 from budget_plugin.config import BudgetConfig
 from budget_plugin.modules import BudgetedAttention, BudgetedEncoderLayer, HeadRouter, prefix_heads
 from budget_plugin.modules.flops import attention_flops, flop_counter
-from conftest import (PLUGIN_DIR, build_model, make_classification_data, parse_metrics, random_tokens, run,
-                      train_args)
-from fairseq.models.transformer import TransformerConfig
-from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
-from test_fast_path import WeightCopies, cuda_layout
+from conftest import PLUGIN_DIR, build_model, make_classification_data, parse_metrics, random_tokens, run, train_args
 
 T, C, H = 12, 48, 6
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]

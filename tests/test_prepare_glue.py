@@ -16,16 +16,16 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
-from budget_plugin.tools import fairseq_cli
-from budget_plugin.tools import prepare as prepare_module
-from budget_plugin.tools.errors import DataError, PreprocessError
-from budget_plugin.tools.glue_layout import LAYOUTS
-from budget_plugin.tools.prepare import prepare_task
-from budget_plugin.tools.tsv import read_task
-from budget_plugin.tools.vocabulary import SPM_MODEL_NAME, load_sentencepiece
-from conftest import REPO
 from fairseq.data import Dictionary, data_utils
+
+from budget_plugin.data import prepare as prepare_module
+from budget_plugin.data.glue_layout import LAYOUTS
+from budget_plugin.data.prepare import prepare_task
+from budget_plugin.data.tsv import read_task
+from budget_plugin.data.vocabulary import SPM_MODEL_NAME, load_sentencepiece
+from budget_plugin.tools import fairseq_cli
+from budget_plugin.tools.errors import DataError, PreprocessError
+from conftest import REPO
 
 SCRIPT = REPO / "scripts" / "prepare_glue.py"
 spec = importlib.util.spec_from_file_location("prepare_glue", SCRIPT)

@@ -4,8 +4,8 @@ first, without changing what the model computes."""
 import pytest
 import torch
 
+from budget_plugin.nested.reorder import head_order, reorder_heads
 from budget_plugin.tools.building import build_model, size_options
-from budget_plugin.tools.reorder import head_order, reorder_heads
 from conftest import random_tokens
 
 VOCAB, LAYERS, H = 54, 2, 4
@@ -135,8 +135,8 @@ def test_importance_is_the_models_own_gradient_whatever_the_twins_router():
     adds no straight-through gradient of its own."""
     import torch.nn.functional as F
 
+    from budget_plugin.nested.importance import importance_of
     from budget_plugin.tools.building import build_model, twin
-    from budget_plugin.tools.importance import importance_of
     from conftest import random_tokens
 
     torch.manual_seed(0)

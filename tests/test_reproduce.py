@@ -1,4 +1,4 @@
-"""scripts/reproduce.py on a tiny random BERT and a toy task: the pretrained-encoder
+"""examples/budgetformer/reproduce.py on a tiny random BERT and a toy task: the pretrained-encoder
 study's pipeline end to end (eleven runs of one seed: dense, the learned systems at two
 budgets, the fixed baselines copying their budgets; fairseq-train and fairseq-validate;
 measurement side by side; report). Its accuracies are noise at this size: what is
@@ -15,13 +15,14 @@ import random
 import pytest
 import torch
 
-from budget_plugin.tools import finetune
-from budget_plugin.tools.importance import kept_heads, kept_heads_option
-from budget_plugin.tools.prepare import prepare_task
-from budget_plugin.tools.study.prepare import prepare
-from budget_plugin.tools.study import measure as study_measure, train as study_train
-from budget_plugin.tools.study.measure import head_sets
+from budget_plugin.data.bert_conversion import convert_logged
+from budget_plugin.data.prepare import prepare_task
+from budget_plugin.nested.importance import kept_heads, kept_heads_option
 from budget_plugin.tools.tiny_bert import TINY, write_bert
+from budget_research.study import measure as study_measure
+from budget_research.study import train as study_train
+from budget_research.study.measure import head_sets
+from budget_research.study.prepare import prepare
 from conftest import REPO, recomputed
 
 N_TEST = 40
@@ -29,7 +30,7 @@ LEARNED = ("budget", "distill", "prior")
 NAMES = {"dense", "budget-0.5", "distill-0.5", "prior-0.5", "importance-0.5", "static-0.5", "random-0.5",
          "importance-0.3", "static-0.3", "random-0.3"}  # and the learned system chosen for 0.3
 
-spec = importlib.util.spec_from_file_location("reproduce", REPO / "scripts" / "reproduce.py")
+spec = importlib.util.spec_from_file_location("reproduce", REPO / "examples" / "budgetformer" / "reproduce.py")
 reproduce = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(reproduce)
 
@@ -59,7 +60,7 @@ def main_output(argv):
 def study(tmp_path_factory):
     root = tmp_path_factory.mktemp("study")
     write_toy_task(root / "raw" / "TOY")
-    model = finetune.convert(write_bert(root / "bert", dict(TINY, vocab_size=26)), root / "data" / "model",
+    model = convert_logged(write_bert(root / "bert", dict(TINY, vocab_size=26)), root / "data" / "model",
                              lambda message: None)
     prepare_task(root / "raw" / "TOY", root / "data", layout="SST-2", labelled_test=True, wordpiece=model,
                  log=lambda message: None)

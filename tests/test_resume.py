@@ -214,8 +214,9 @@ PathManager.copy(sys.argv[1], sys.argv[2], overwrite=True)  # as checkpoint_util
 
 def test_atomic_checkpoint_copies_never_expose_a_partial_file(tmp_path, monkeypatch):
     """fairseq_patches.atomic_checkpoint_copies itself, in this process (undone afterwards)."""
-    from budget_plugin.fairseq_patches import atomic_checkpoint_copies
     from fairseq.file_io import PathManager
+
+    from budget_plugin.fairseq_patches import atomic_checkpoint_copies
 
     monkeypatch.setattr(PathManager, "copy", PathManager.__dict__["copy"])  # restored at teardown
     atomic_checkpoint_copies()

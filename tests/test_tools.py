@@ -8,19 +8,27 @@ import sys
 
 import pytest
 import torch
-
-from budget_plugin.models.budgetformer import BudgetFormerModel
-from budget_plugin.tools import fairseq_cli, registry
-from budget_plugin.tools.building import (architecture_args, build_model, dictionary, size_flags, size_of,
-                                          size_options, twin)
-from budget_plugin.tools.checkpoints import as_budgetformer, load_checkpoint, model_options, read
-from budget_plugin.tools.errors import DataError
-from budget_plugin.tools.study.plan import UPDATES, cached_record, parse_updates
-from budget_plugin.tools.study.report import mean_std
-from budget_plugin.tools.study.train import heads_per_layer
-from budget_plugin.tools.files import atomic_path, building_dir, write_atomic, write_json
 from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.models.roberta import RobertaModel
+
+from budget_plugin.data import registry
+from budget_plugin.models.budgetformer import BudgetFormerModel
+from budget_plugin.tools import fairseq_cli
+from budget_plugin.tools.building import (
+    architecture_args,
+    build_model,
+    dictionary,
+    size_flags,
+    size_of,
+    size_options,
+    twin,
+)
+from budget_plugin.tools.checkpoints import as_budgetformer, load_checkpoint, model_options, read
+from budget_plugin.tools.errors import DataError
+from budget_plugin.tools.files import atomic_path, building_dir, write_atomic, write_json
+from budget_research.study.plan import UPDATES, cached_record, parse_updates
+from budget_research.study.report import mean_std
+from budget_research.study.train import heads_per_layer
 
 
 def plain_file_mode():

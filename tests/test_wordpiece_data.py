@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from budget_plugin import BudgetFormerModel
-from budget_plugin.tools.prepare import prepare_task
+from budget_plugin.data.prepare import prepare_task
 from budget_plugin.tools.tiny_bert import SPECIAL_TOKENS, TINY, write_bert
 from conftest import REPO, run
 

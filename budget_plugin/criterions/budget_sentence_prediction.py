@@ -6,14 +6,15 @@ from typing import Dict, List, Optional
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
-
 from fairseq.criterions import register_criterion
 from fairseq.criterions.sentence_prediction import (
     SentencePredictionConfig as SentencePredictionCriterionConfig,
+)
+from fairseq.criterions.sentence_prediction import (
     SentencePredictionCriterion,
 )
 from fairseq.logging import metrics
+from torch import Tensor
 
 from ..config import OptionError, require
 from .teacher_logits import load_teacher_logits

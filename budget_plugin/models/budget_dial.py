@@ -1,6 +1,6 @@
 """The budget dial (``--head-ratio``): what a setting means, and how a BudgetFormer runs
 at one. A ratio R shifts every layer's budget logit by the shift calibrated for R
-(tools/calibration.py, stored in the model's ``head_dial`` buffer); counts per layer
+(nested/calibration.py, stored in the model's ``head_dial`` buffer); counts per layer
 run those heads with no router. Both apply at evaluation only."""
 
 import contextlib
@@ -10,7 +10,7 @@ import numpy
 
 from ..config import OptionError, require
 
-# the mean head ratios at which tools/calibration.py calibrates the budget dial
+# the mean head ratios at which nested/calibration.py calibrates the budget dial
 # (--head-ratio); a ratio between two of them is interpolated
 DIAL_RATIOS = (0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.75, 0.9)
 

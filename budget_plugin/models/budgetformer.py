@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Iterator, Sequence, Union
 
 import torch
-
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.roberta import RobertaEncoder, RobertaModel
@@ -157,7 +156,7 @@ class BudgetFormerModel(BudgetDial, RobertaModel):
         self.num_updates = 0
         if self.budget.predicts_budget:
             # the budget dial's calibration: rows (mean head ratio, budget-logit shift that
-            # gives it on a named split), zeros (no ratio) until tools/calibration.py fills them
+            # gives it on a named split), zeros (no ratio) until nested/calibration.py fills them
             self.register_buffer("head_dial", torch.zeros(len(DIAL_RATIOS), 2))
         layers, heads = args.encoder_layers, args.encoder_attention_heads
         # --head-ratio (a task option, so that fairseq-validate parses it): applied once the

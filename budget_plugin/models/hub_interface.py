@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Union
 
 import torch
-
 from fairseq.models.roberta.hub_interface import RobertaHubInterface
 
 from ..encoders.wordpiece import TOKENIZER_FILES

@@ -8,9 +8,8 @@ from typing import List, Mapping, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
-
 from fairseq.modules import MultiheadAttention
+from torch import Tensor, nn
 
 from ..config import BudgetConfig
 from . import gpu_heads, head_subset, prefix_heads

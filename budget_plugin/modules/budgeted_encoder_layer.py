@@ -2,9 +2,8 @@
 
 from typing import Dict, Optional, Tuple
 
-from torch import Tensor
-
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
+from torch import Tensor
 
 from ..config import BudgetConfig
 from .budgeted_attention import BudgetedAttention

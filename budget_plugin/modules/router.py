@@ -18,7 +18,7 @@ whose output lowers the loss (a first-order estimate, available for every head
 because training computes all of them).
 
 ``--head-selection nested`` keeps the budget and drops the relevance: the heads of an
-importance-ordered checkpoint (tools/reorder.py) run as a prefix, heads ``0..k-1``,
+importance-ordered checkpoint (nested/reorder.py) run as a prefix, heads ``0..k-1``,
 for every input, so the router predicts only how many. Its gates are the hard prefix
 plus the straight-through soft count mask, and its "relevance" (a statistic, no
 parameter makes it) is uniform over the heads the input runs: ``1/k`` on the prefix,
@@ -31,7 +31,7 @@ budget per layer: one learned relevance shared by every input, uniform draws, or
 
 At evaluation the budget can be dialled (``--head-ratio``, set through the model):
 ``dial_shift`` is added to the budget logit of every input (a calibrated shift,
-tools/calibration.py, moves the mean without undoing the per-input differences), or
+nested/calibration.py, moves the mean without undoing the per-input differences), or
 ``dial_heads`` runs a fixed count with no predictor.
 
 Every logit is multiplied by ``--router-scale`` (10 by default), a reparametrization that

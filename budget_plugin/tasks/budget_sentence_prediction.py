@@ -6,11 +6,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-from omegaconf import OmegaConf, open_dict
-
 from fairseq.data import indexed_dataset
 from fairseq.tasks import register_task
 from fairseq.tasks.sentence_prediction import SentencePredictionConfig, SentencePredictionTask
+from omegaconf import OmegaConf, open_dict
 
 
 class DataSplitError(SystemExit):
@@ -37,30 +36,6 @@ class BudgetSentencePredictionConfig(SentencePredictionConfig):
     )
 
 
-def prune_attention_heads(model, reserve) -> list:
-    """Cut every layer of a stock RoBERTa to the heads ``reserve(attention)`` names (as
-    fairseq's (start, end) column ranges), with fairseq's own AdaPrune functions; the
-    ranges per layer."""
-    kept = []
-    for layer in model.encoder.sentence_encoder.layers:
-        attention = layer.self_attn
-        kept.append(reserve(attention))
-        attention._adaptive_prune_heads(reserve_head_index=kept[-1])
-        attention._set_skip_embed_dim_check()
-    return kept
-
-
-def shape_adaprune_heads(model, heads_to_keep: int) -> None:
-    """Give a stock RoBERTa the attention shapes of a checkpoint that fairseq's AdaPrune
-    (``--mha-heads-to-keep``) pruned, before its weights are loaded. fairseq-train does
-    this in its trainer only, so fairseq-validate and the hub could not load such a
-    checkpoint; which heads are kept does not matter here, the weights replace them."""
-    if heads_to_keep is None or heads_to_keep == -1:
-        return
-    prune_attention_heads(model, lambda attention: [(i * attention.head_dim, (i + 1) * attention.head_dim)
-                                                    for i in range(heads_to_keep)])
-
-
 @register_task("budget_sentence_prediction", dataclass=BudgetSentencePredictionConfig)
 class BudgetSentencePredictionTask(SentencePredictionTask):
     """fairseq's ``sentence_prediction`` (same options and data layout: ``input0/``,
@@ -74,10 +49,7 @@ class BudgetSentencePredictionTask(SentencePredictionTask):
         if self.cfg.head_ratio is not None:  # a model option fairseq-validate could not parse
             with open_dict(cfg) if OmegaConf.is_config(cfg) else contextlib.nullcontext():
                 cfg.head_ratio = self.cfg.head_ratio
-        model = super().build_model(cfg, from_checkpoint)
-        if from_checkpoint:
-            shape_adaprune_heads(model, getattr(cfg, "mha_heads_to_keep", -1))
-        return model
+        return super().build_model(cfg, from_checkpoint)
 
     @classmethod
     def setup_task(cls, cfg, **kwargs):

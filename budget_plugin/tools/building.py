@@ -6,12 +6,11 @@ import argparse
 from typing import Dict, List, NamedTuple, Optional, Union
 
 import torch
-
-import budget_plugin  # noqa: F401  (registers the budgetformer architectures)
 from fairseq.data import Dictionary
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
-from .errors import DataError
+import budget_plugin  # noqa: F401  (registers the budgetformer architectures)
+from budget_plugin.tools.errors import DataError
 
 SIZE_OPTIONS = ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads")
 

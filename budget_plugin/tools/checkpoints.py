@@ -8,8 +8,8 @@ from typing import Tuple
 
 import torch
 
-from .building import build_model
-from .errors import DataError
+from budget_plugin.tools.building import build_model
+from budget_plugin.tools.errors import DataError
 
 
 def read(path: Path) -> dict:

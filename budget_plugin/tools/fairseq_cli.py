@@ -149,13 +149,14 @@ def validate(
     log_path: Optional[Path] = None,
     threads: Optional[int] = None,
     head_ratio: Optional[str] = None,
+    user_dir: Path = PLUGIN_DIR,
 ) -> Dict[str, Dict[str, float]]:
     """Score a checkpoint on every example of each subset with one fairseq-validate
     run (the criterion: the task's name unless given): ``{subset: metrics}``, ``bsz`` the number
     of examples scored. One process pays fairseq's start-up once; a subset's draws of
-    ``--head-selection random`` then depend on the subsets before it. ``head_ratio``: the budget dial (--head-ratio)."""
+    ``--head-selection random`` then depend on the subsets before it. ``head_ratio``: the budget dial (--head-ratio); ``user_dir``: a plugin that registers ``task``."""
     output = run([
-        "fairseq-validate", data, "--user-dir", PLUGIN_DIR, "--path", checkpoint, "--task", task,
+        "fairseq-validate", data, "--user-dir", user_dir, "--path", checkpoint, "--task", task,
         "--criterion", criterion or task, "--valid-subset", ",".join(subsets), "--batch-size", batch_size,
         "--required-batch-size-multiple", 1, "--cpu", "--num-workers", 0,
         *([] if head_ratio is None else ["--head-ratio", head_ratio]),

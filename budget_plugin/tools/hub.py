@@ -4,8 +4,7 @@ import argparse
 from pathlib import Path
 
 from budget_plugin import BudgetFormerModel
-
-from .errors import DataError
+from budget_plugin.tools.errors import DataError
 
 
 def add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import torch
 
-from .checkpoints import load_checkpoint
-from .errors import DataError
-from .files import write_atomic
-from .measure import classify, samples, tokens
+from budget_plugin.tools.checkpoints import load_checkpoint
+from budget_plugin.tools.errors import DataError
+from budget_plugin.tools.evaluation import classify, samples, tokens
+from budget_plugin.tools.files import write_atomic
 
 
 @torch.no_grad()

@@ -1,0 +1,34 @@
+"""Calibrate a BudgetFormer checkpoint's budget dial (``--head-ratio R``) on a split.
+
+For each of a fixed set of mean head ratios (0.15 ... 0.9), finds the shift of the
+budget logits that gives that ratio on the split's examples, and stores the table in
+the checkpoint (rewritten atomically), so that ``fairseq-validate --head-ratio R``, the
+hub's ``predict(..., head_ratio=R)`` and ``scripts/predict.py --head-ratio R`` need no
+data (budget_plugin/nested/calibration.py; scripts/finetune.py runs it on dev).
+
+    python scripts/calibrate.py checkpoints/nested/checkpoint_best.pt data/minilm/MR-bin
+"""
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+logging.basicConfig(level=logging.WARNING)  # before fairseq sets up INFO logging
+
+from budget_plugin.nested.calibration import calibrate_checkpoint  # noqa: E402
+from budget_plugin.tools.errors import run_cli  # noqa: E402
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("checkpoint", type=Path, help="a nested (or learned) BudgetFormer checkpoint")
+    parser.add_argument("data", type=Path, help="its binarized data set")
+    parser.add_argument("--split", default="valid", help="the split to calibrate on (default: %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=64)
+    args = parser.parse_args(argv)
+    return run_cli(lambda: calibrate_checkpoint(args.checkpoint, args.data, args.split, args.batch_size))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

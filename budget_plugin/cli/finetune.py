@@ -1,0 +1,89 @@
+"""Make a budgeted model from a converted encoder and one's own data: one model that
+serves every head budget, dialled at serving time.
+
+Runs, through fairseq-train: the dense fine-tuning (fairseq's ``roberta``), the heads'
+importance, their reordering (so that a budget is a prefix of the most important
+heads), the nested fine-tuning (every budget at once), and the calibration of the
+budget dial on dev; then scores the nested model on dev at several ``--head-ratio`` (in
+this process, as fairseq-validate scores them). Prints each fairseq command and
+fairseq's progress; a step that finished is never run again, so the same command
+resumes where it stopped (budget_plugin/nested/recipe.py). Leaves
+SAVE_DIR/dense/checkpoint_best.pt and SAVE_DIR/nested/checkpoint_best.pt.
+
+    python scripts/convert_bert.py BERT_FOLDER models/mine
+    python scripts/prepare_glue.py --glue-dir RAW --out-dir data/mine --wordpiece models/mine --labelled-test
+    python scripts/finetune.py models/mine data/mine/SST-2-bin checkpoints/mine
+    fairseq-validate data/mine/SST-2-bin --user-dir budget_plugin --task budget_sentence_prediction \\
+        --criterion budget_sentence_prediction --path checkpoints/mine/nested/checkpoint_best.pt --head-ratio 0.3
+"""
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+logging.basicConfig(level=logging.WARNING)  # before fairseq sets up INFO logging
+
+from budget_plugin.data.binarize import num_classes  # noqa: E402
+from budget_plugin.nested import finetune  # noqa: E402
+from budget_plugin.nested.recipe import NestedRecipe, finetune_nested  # noqa: E402
+from budget_plugin.tools.checkpoints import load_checkpoint  # noqa: E402
+from budget_plugin.tools.errors import DataError, run_cli  # noqa: E402
+from budget_plugin.tools.evaluation import accuracy_and_ratio, split_batches  # noqa: E402
+from budget_plugin.tools.fairseq_cli import CommandFailed  # noqa: E402
+from budget_plugin.tools.progress import log  # noqa: E402
+
+DIAL = ("1", "0.75", "0.5", "0.3", "0.2")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model_dir", type=Path, help="a converted encoder (model.pt: scripts/convert_bert.py)")
+    parser.add_argument("data_dir", type=Path, help="a binarized classification data set (input0/, label/)")
+    parser.add_argument("save_dir", type=Path, help="where dense/, nested/ and the steps' files go")
+    parser.add_argument("--num-classes", type=int, help="checked against the data's labels (default: theirs)")
+    parser.add_argument("--seed", type=int, default=1)
+    dense, nested = finetune.Recipe(), NestedRecipe()
+    parser.add_argument("--lr", type=float, default=dense.lr, help="both fine-tunings' (default: %(default)s)")
+    parser.add_argument("--epochs", type=int, default=dense.epochs, help="of the dense step (default: %(default)s)")
+    parser.add_argument("--max-updates", type=int, help="cap on each step's updates (the study's: 240 for MR)")
+    parser.add_argument("--validate-interval-updates", type=int, default=0,
+                        help="also score dev every N updates within an epoch (default: at its end)")
+    parser.add_argument("--min-heads", type=int, default=nested.min_heads,
+                        help="the smallest width, heads per layer (default: %(default)s)")
+    parser.add_argument("--sandwich-widths", type=int, default=nested.sandwich_widths,
+                        help="fixed widths trained per update (default: %(default)s)")
+    parser.add_argument("--threads", type=int, help="fairseq-train's CPU threads (default: torch's)")
+    args = parser.parse_args(argv)
+
+    def body():
+        if not (args.model_dir / "model.pt").is_file():
+            raise DataError(f"{args.model_dir}: no model.pt (convert the encoder first: scripts/convert_bert.py)")
+        if not (args.data_dir / "label" / "dict.txt").is_file():
+            raise DataError(f"{args.data_dir}: not a binarized classification data set (no label/dict.txt)")
+        classes = num_classes(args.data_dir)
+        if args.num_classes is not None and args.num_classes != classes:
+            raise DataError(f"--num-classes {args.num_classes}, but {args.data_dir}/label/dict.txt has {classes}")
+        recipe = finetune.Recipe(lr=args.lr, epochs=args.epochs, seed=args.seed, max_updates=args.max_updates,
+                                 validate_interval_updates=args.validate_interval_updates, save_optimizer=False)
+        budgets = NestedRecipe(lr=args.lr, max_updates=args.max_updates, min_heads=args.min_heads,
+                               sandwich_widths=args.sandwich_widths)
+        best = finetune_nested(args.model_dir, args.data_dir, args.save_dir, recipe, budgets, log, args.threads)
+        dense, task = load_checkpoint(best["dense"], args.data_dir)
+        dev = split_batches(task, 64, "valid")
+        log(f"dev accuracy: dense {accuracy_and_ratio(dense, dev)[0]:.2f}")
+        nested, _ = load_checkpoint(best["nested"], args.data_dir)
+        heads = nested.args.encoder_attention_heads
+        for ratio in [r for r in DIAL if float(r) >= args.min_heads / heads]:  # none below the smallest width
+            with nested.dialled(ratio):
+                accuracy, found = accuracy_and_ratio(nested, dev)
+            log(f"dev accuracy: nested --head-ratio {ratio}: {accuracy:.2f} (head ratio {found:.3f})")
+        log("the same with fairseq-validate: fairseq-validate DATA --user-dir budget_plugin --task "
+            "budget_sentence_prediction --criterion budget_sentence_prediction --path "
+            f"{best['nested']} --head-ratio R")
+
+    return run_cli(body, failures=(CommandFailed,))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

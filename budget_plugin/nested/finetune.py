@@ -1,0 +1,89 @@
+"""The fine-tuning recipe of a converted pretrained encoder (bert_conversion's output),
+one for both systems a user compares: the dense model as they would ship it (fairseq's
+own ``roberta``, every head) and BudgetFormer, from the same weights, data order, seed,
+learning rate and number of updates."""
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+import torch
+
+from budget_plugin.tools.fairseq_cli import train_options
+
+SYSTEMS = ("dense", "budget")
+
+
+@dataclass
+class Recipe:
+    lr: float = 1e-4  # chosen on MR's dev split (examples/budgetformer/README.md)
+    epochs: int = 2
+    batch_size: int = 32
+    warmup_share: float = 0.06  # of the updates, as in BERT's and RoBERTa's GLUE recipes
+    seed: int = 1
+    router_scale: float = 10.0  # the router moves 10x faster than the pretrained weights
+    target_head_ratio: float = 0.5
+    budget_weight: float = 10.0  # the criterion's default (issue 25)
+    log_interval: int = 50
+    start_at_budget: bool = False  # the router starts at the target budget (else at every head)
+    max_updates: Optional[int] = None  # a study's update budget: stops before the last epoch ends
+    # > 0: dev is also scored (and the best checkpoint saved) every N updates within an
+    # epoch; 0: at each epoch's end and the last update only
+    validate_interval_updates: int = 0
+    save_optimizer: bool = True  # False: checkpoints of a third of the size, not resumable
+
+    def updates(self, train_examples: int) -> int:
+        epochs = math.ceil(train_examples / self.batch_size) * self.epochs
+        return epochs if self.max_updates is None else min(epochs, self.max_updates)
+
+
+def encoder_args(model_pt: Path):
+    """The converted encoder's model options (an argparse.Namespace), read without
+    loading its weights (memory-mapped)."""
+    return torch.load(model_pt, map_location="cpu", weights_only=True, mmap=True)["cfg"]["model"]
+
+
+def encoder_flags(model_pt: Path) -> Tuple[List[str], float]:
+    """The geometry of the converted encoder as fairseq-train options (what both
+    architectures need to load it with ``--restore-file``)."""
+    args = encoder_args(model_pt)
+    return ["--encoder-layers", str(args.encoder_layers), "--encoder-embed-dim", str(args.encoder_embed_dim),
+            "--encoder-ffn-embed-dim", str(args.encoder_ffn_embed_dim),
+            "--encoder-attention-heads", str(args.encoder_attention_heads),
+            "--max-positions", str(args.max_positions)], float(args.layernorm_eps)
+
+
+def command(system: str, data: Path, model_dir: Path, save_dir: Path, recipe: Recipe, train_examples: int,
+            num_classes: int = 2) -> list:
+    """fairseq-train's command line for ``system`` (one of SYSTEMS)."""
+    flags, eps = encoder_flags(model_dir / "model.pt")
+    heads = int(flags[flags.index("--encoder-attention-heads") + 1])
+    updates = recipe.updates(train_examples)
+    if system == "dense":  # stock fairseq: its LayerNorm eps stays 1e-5 (BERT's is 1e-12)
+        model = ["--arch", "roberta", *flags, "--criterion", "sentence_prediction"]
+    else:
+        model = ["--arch", "budgetformer", *flags, "--layernorm-eps", repr(eps),
+                 "--criterion", "budget_sentence_prediction", "--router-scale", recipe.router_scale,
+                 "--target-head-ratio", recipe.target_head_ratio, "--budget-weight", recipe.budget_weight]
+        if recipe.start_at_budget:
+            model += ["--initial-budget", recipe.target_head_ratio * heads]
+    interval = checkpoint_options(recipe)
+    # --user-dir (in train_options) for both: it lets torch's safe loader read fairseq
+    # checkpoints, and its task scores every validation example
+    return [
+        *train_options(data, save_dir, lr=recipe.lr, updates=updates, warmup=max(1, round(recipe.warmup_share * updates)),
+                       seed=recipe.seed, num_classes=num_classes, batch_size=recipe.batch_size,
+                       log_interval=recipe.log_interval),
+        "--task", "budget_sentence_prediction", *model, "--max-epoch", recipe.epochs, *interval,
+        "--restore-file", model_dir / "model.pt", "--reset-optimizer", "--reset-dataloader", "--reset-meters",
+    ]
+
+
+def checkpoint_options(recipe: Recipe) -> list:
+    """When dev is scored and what is saved. Mid-epoch validations only count if a
+    checkpoint may be saved with them; one interval checkpoint is kept besides the best."""
+    every = recipe.validate_interval_updates
+    interval = ["--validate-interval-updates", every, "--save-interval-updates", every,
+                "--keep-interval-updates", 1] if every else []
+    return interval + ([] if recipe.save_optimizer else ["--no-save-optimizer-state"])
