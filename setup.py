@@ -24,6 +24,7 @@ COMMANDS = {  # command: module of budget_plugin.cli (each has main(argv) -> exi
     "budget-calibrate": "calibrate",
     "budget-export": "export",  # a dial setting cut into a smaller checkpoint
     "budget-predict": "predict",
+    "budget-user-dir": "user_dir",  # the folder to give fairseq's --user-dir
 }
 
 setup(

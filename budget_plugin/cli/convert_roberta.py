@@ -8,7 +8,7 @@ trained. Use the result with ``fairseq-train --restore-file OUT --reset-optimize
 --reset-dataloader --reset-meters --arch budgetformer ...`` (or give the RoBERTa
 checkpoint to ``--restore-file`` directly: the model upgrades it the same way).
 
-    python scripts/convert_roberta.py roberta.base/model.pt budgetformer.base.pt
+    budget-convert-roberta roberta.base/model.pt budgetformer.base.pt
 """
 
 import argparse

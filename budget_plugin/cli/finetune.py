@@ -6,14 +6,16 @@ importance, their reordering (so that a budget is a prefix of the most important
 heads), the nested fine-tuning (every budget at once), and the calibration of the
 budget dial on dev; then scores the nested model on dev at several ``--head-ratio`` (in
 this process, as fairseq-validate scores them). Prints each fairseq command and
-fairseq's progress; a step that finished is never run again, so the same command
-resumes where it stopped (budget_plugin/nested/recipe.py). Leaves
+fairseq's progress; a step that finished is not run again, so the same command
+resumes where it stopped, and a command whose options differ from a finished step's is
+refused unless ``--redo`` is given (budget_plugin/nested/recipe.py). Trains on the GPU
+when there is one (``--cpu`` to force the CPU, ``--fp16`` for half precision). Leaves
 SAVE_DIR/dense/checkpoint_best.pt and SAVE_DIR/nested/checkpoint_best.pt.
 
-    python scripts/convert_bert.py BERT_FOLDER models/mine
-    python scripts/prepare_glue.py --glue-dir RAW --out-dir data/mine --wordpiece models/mine --labelled-test
-    python scripts/finetune.py models/mine data/mine/SST-2-bin checkpoints/mine
-    fairseq-validate data/mine/SST-2-bin --user-dir budget_plugin --task budget_sentence_prediction \\
+    budget-convert BERT_FOLDER models/mine
+    budget-prepare --glue-dir RAW --out-dir data/mine --wordpiece models/mine --labelled-test
+    budget-finetune models/mine data/mine/SST-2-bin checkpoints/mine
+    fairseq-validate data/mine/SST-2-bin --user-dir $(budget-user-dir) --task budget_sentence_prediction \\
         --criterion budget_sentence_prediction --path checkpoints/mine/nested/checkpoint_best.pt --head-ratio 0.3
 """
 
@@ -21,6 +23,8 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+
+import torch
 
 logging.basicConfig(level=logging.WARNING)  # before fairseq sets up INFO logging
 
@@ -38,7 +42,7 @@ DIAL = ("1", "0.75", "0.5", "0.3", "0.2")
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("model_dir", type=Path, help="a converted encoder (model.pt: scripts/convert_bert.py)")
+    parser.add_argument("model_dir", type=Path, help="a converted encoder (model.pt: budget-convert)")
     parser.add_argument("data_dir", type=Path, help="a binarized classification data set (input0/, label/)")
     parser.add_argument("save_dir", type=Path, help="where dense/, nested/ and the steps' files go")
     parser.add_argument("--num-classes", type=int, help="checked against the data's labels (default: theirs)")
@@ -54,11 +58,19 @@ def main(argv=None) -> int:
     parser.add_argument("--sandwich-widths", type=int, default=nested.sandwich_widths,
                         help="fixed widths trained per update (default: %(default)s)")
     parser.add_argument("--threads", type=int, help="fairseq-train's CPU threads (default: torch's)")
+    parser.add_argument("--cpu", action="store_true", help="train on the CPU even where there is a GPU "
+                        "(default: the GPU when there is one)")
+    parser.add_argument("--fp16", action="store_true", help="train in half precision (fairseq's --fp16; GPU only)")
+    parser.add_argument("--redo", action="store_true",
+                        help="where SAVE_DIR holds steps run with other options, run them again (default: refuse)")
     args = parser.parse_args(argv)
+    cpu = args.cpu or not torch.cuda.is_available()
+    if args.fp16 and cpu:
+        parser.error("--fp16 needs a GPU: " + ("--cpu was given" if args.cpu else "torch finds none"))
 
     def body():
         if not (args.model_dir / "model.pt").is_file():
-            raise DataError(f"{args.model_dir}: no model.pt (convert the encoder first: scripts/convert_bert.py)")
+            raise DataError(f"{args.model_dir}: no model.pt (convert the encoder first: budget-convert)")
         if not (args.data_dir / "label" / "dict.txt").is_file():
             raise DataError(f"{args.data_dir}: not a binarized classification data set (no label/dict.txt)")
         classes = num_classes(args.data_dir)
@@ -68,7 +80,9 @@ def main(argv=None) -> int:
                                  validate_interval_updates=args.validate_interval_updates, save_optimizer=False)
         budgets = NestedRecipe(lr=args.lr, max_updates=args.max_updates, min_heads=args.min_heads,
                                sandwich_widths=args.sandwich_widths)
-        best = finetune_nested(args.model_dir, args.data_dir, args.save_dir, recipe, budgets, log, args.threads)
+        log(f"training on the {'CPU' if cpu else 'GPU'}" + (" in half precision" if args.fp16 else ""))
+        best = finetune_nested(args.model_dir, args.data_dir, args.save_dir, recipe, budgets, log, args.threads,
+                               redo=args.redo, cpu=cpu, fp16=args.fp16)
         dense, task = load_checkpoint(best["dense"], args.data_dir)
         dev = split_batches(task, 64, "valid")
         log(f"dev accuracy: dense {accuracy_and_ratio(dense, dev)[0]:.2f}")

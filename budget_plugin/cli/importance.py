@@ -10,7 +10,7 @@ Writes ``--out`` (JSON: the importance, L x H, and for ``--heads-per-layer`` the
 heads) atomically and prints the option that fine-tunes with them:
 ``--head-selection kept --kept-heads '...'``.
 
-    python scripts/head_importance.py --checkpoint checkpoints/dense/checkpoint_best.pt \\
+    budget-importance --checkpoint checkpoints/dense/checkpoint_best.pt \\
         --data data/minilm/MR-bin --heads-per-layer 6 --out checkpoints/dense/importance.json
 """
 

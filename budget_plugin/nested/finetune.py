@@ -55,8 +55,9 @@ def encoder_flags(model_pt: Path) -> Tuple[List[str], float]:
 
 
 def command(system: str, data: Path, model_dir: Path, save_dir: Path, recipe: Recipe, train_examples: int,
-            num_classes: int = 2) -> list:
-    """fairseq-train's command line for ``system`` (one of SYSTEMS)."""
+            num_classes: int = 2, cpu: bool = True, fp16: bool = False) -> list:
+    """fairseq-train's command line for ``system`` (one of SYSTEMS), on the CPU unless
+    ``cpu`` is false (then fairseq's default, the GPU), in half precision with ``fp16``."""
     flags, eps = encoder_flags(model_dir / "model.pt")
     heads = int(flags[flags.index("--encoder-attention-heads") + 1])
     updates = recipe.updates(train_examples)
@@ -74,7 +75,7 @@ def command(system: str, data: Path, model_dir: Path, save_dir: Path, recipe: Re
     return [
         *train_options(data, save_dir, lr=recipe.lr, updates=updates, warmup=max(1, round(recipe.warmup_share * updates)),
                        seed=recipe.seed, num_classes=num_classes, batch_size=recipe.batch_size,
-                       log_interval=recipe.log_interval),
+                       log_interval=recipe.log_interval, cpu=cpu), *(["--fp16"] if fp16 else []),
         "--task", "budget_sentence_prediction", *model, "--max-epoch", recipe.epochs, *interval,
         "--restore-file", model_dir / "model.pt", "--reset-optimizer", "--reset-dataloader", "--reset-meters",
     ]

@@ -1,6 +1,6 @@
 """Head importance of a fine-tuned model (Michel et al. 2019, "Are Sixteen Heads Really
 Better than One?"): the static pruning baseline's choice of heads
-(scripts/head_importance.py, examples/budgetformer/reproduce.py).
+(budget-importance, examples/budgetformer/reproduce.py).
 
 Importance of head h in layer l: the mean over examples of |dL/d xi_lh|, where xi_lh = 1
 multiplies the head's output before the output projection and L is the example's

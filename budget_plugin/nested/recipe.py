@@ -1,5 +1,5 @@
 """The one command that makes a budgeted model from a converted encoder and one's own
-data (scripts/finetune.py): every budget in one fine-tuned model.
+data (budget-finetune): every budget in one fine-tuned model.
 
 1. ``dense``: fairseq's own ``roberta`` fine-tuned (finetune.py's recipe);
 2. ``importance``: Michel et al.'s head importance of it on training examples;
@@ -10,9 +10,13 @@ data (scripts/finetune.py): every budget in one fine-tuned model.
    in place from the full width;
 5. the budget dial calibrated on dev and stored in ``nested/checkpoint_best.pt``.
 
-Each step leaves its output under SAVE_DIR and a step that has finished is never run
-again: a command that stopped (Ctrl-C, a machine that went away) resumes at the step
-it was in, which starts over."""
+Each step leaves its output under SAVE_DIR, and SAVE_DIR/recipe.json records what each
+finished step was run with (fairseq's command line, or the step's settings). The same
+command again resumes at the step it stopped in (Ctrl-C, a machine that went away),
+which starts over; a finished step is not run again. A command whose step differs from
+what was recorded (another ``--lr``, ``--max-updates``, data folder, ...) is refused,
+naming what differs, unless ``redo`` is given: then that step and every step after it
+run again (their inputs changed)."""
 
 import json
 import shlex
@@ -29,10 +33,13 @@ from budget_plugin.nested.calibration import calibrate_checkpoint
 from budget_plugin.nested.importance import head_importance
 from budget_plugin.nested.reorder import reorder_heads
 from budget_plugin.tools.checkpoints import read
+from budget_plugin.tools.errors import DataError
 from budget_plugin.tools.fairseq_cli import run, train_options
 from budget_plugin.tools.files import atomic_path, write_json
 
 TRAINING_PROGRESS = ("| train_inner |", "valid on 'valid'", "done training")
+# fairseq-train options that change nothing a step makes, left out of its record
+UNRECORDED = ("--log-interval",)
 
 
 @dataclass
@@ -47,19 +54,17 @@ class NestedRecipe:
     router_scale: float = 10.0
 
 
-def nested_command(data: Path, reordered: Path, save_dir: Path, dense: finetune.Recipe, nested: NestedRecipe,
-                   updates: int, classes: int) -> list:
-    """fairseq-train's command line for the nested step, from the reordered dense model.
-    No --layernorm-eps: the dense model was fine-tuned with fairseq's (1e-5), which the
-    nested model keeps so that at full width it computes what the dense model computes."""
-    model = torch.load(reordered, map_location="cpu", weights_only=True, mmap=True)["cfg"]["model"]
-    flags = ["--encoder-layers", model.encoder_layers, "--encoder-embed-dim", model.encoder_embed_dim,
-             "--encoder-ffn-embed-dim", model.encoder_ffn_embed_dim,
-             "--encoder-attention-heads", model.encoder_attention_heads, "--max-positions", model.max_positions]
+def nested_command(data: Path, model_pt: Path, reordered: Path, save_dir: Path, dense: finetune.Recipe, nested: NestedRecipe,
+                   updates: int, classes: int, cpu: bool = True, fp16: bool = False) -> list:
+    """fairseq-train's command line for the nested step, from the reordered dense model
+    (of the converted encoder ``model_pt``'s size). No --layernorm-eps: the dense model
+    was fine-tuned with fairseq's (1e-5), which the nested model keeps so that at full
+    width it computes what the dense model computes."""
+    flags, _ = finetune.encoder_flags(model_pt)
     return [
         *train_options(data, save_dir, lr=nested.lr, updates=updates, warmup=max(1, round(dense.warmup_share * updates)),
                        seed=dense.seed, num_classes=classes, batch_size=dense.batch_size,
-                       log_interval=dense.log_interval),
+                       log_interval=dense.log_interval, cpu=cpu), *(["--fp16"] if fp16 else []),
         "--task", "budget_sentence_prediction", "--arch", "budgetformer", *flags,
         "--head-selection", "nested", "--min-heads", nested.min_heads, "--router-scale", nested.router_scale,
         "--criterion", "budget_sentence_prediction", "--target-head-ratio", nested.target_head_ratio,
@@ -70,12 +75,8 @@ def nested_command(data: Path, reordered: Path, save_dir: Path, dense: finetune.
 
 
 def train_step(name: str, command: list, save_dir: Path, log: Callable[[str], None], threads: Optional[int]) -> dict:
-    """One fairseq-train run into ``save_dir``, done once: its ``done.json`` (the
-    command and wall time, written last) marks it finished."""
-    done = save_dir / "done.json"
-    if done.is_file():
-        log(f"{name}: done before ({save_dir / 'checkpoint_best.pt'})")
-        return json.loads(done.read_text())
+    """One fairseq-train run into ``save_dir``; its ``done.json`` (the command and wall
+    time, written last) marks it finished."""
     save_dir.mkdir(parents=True, exist_ok=True)
     log(f"{name}: $ {shlex.join(map(str, command))}")
     start = time.time()
@@ -84,49 +85,138 @@ def train_step(name: str, command: list, save_dir: Path, log: Callable[[str], No
     for interval in save_dir.glob("checkpoint_*_*.pt"):  # only the best is kept
         interval.unlink()
     record = {"command": [str(c) for c in command], "train_wall_s": round(time.time() - start, 1)}
-    write_json(done, record)
+    write_json(save_dir / "done.json", record)
     return record
 
 
+def recorded(command: list) -> list:
+    """A fairseq command line as a step's record: strings, without UNRECORDED options."""
+    tokens = [str(c) for c in command]
+    return [token for i, token in enumerate(tokens) if token not in UNRECORDED and
+            (i == 0 or tokens[i - 1] not in UNRECORDED)]
+
+
+def options_of(spec) -> Dict[str, str]:
+    """A step's record as option -> value: a command line's ``--flag value`` pairs (what
+    precedes the first flag under ``arguments``), or a dict of settings as it is."""
+    if isinstance(spec, dict):
+        return {key: json.dumps(value) for key, value in spec.items()}
+    found, key = {}, "arguments"
+    for token in map(str, spec):
+        if token.startswith("--"):
+            key = token
+            found[key] = ""
+        else:
+            found[key] = f"{found.get(key, '')} {token}".strip()
+    return found
+
+
+def difference(recorded, planned) -> str:
+    """What differs between a step's recorded and planned runs, option by option."""
+    old, new = options_of(recorded), options_of(planned)
+
+    def shown(value: Optional[str]) -> str:
+        return "(unset)" if value is None else value or "(set)"  # a flag without a value is set
+
+    return "; ".join(f"{key} {shown(old.get(key))} (now {shown(new.get(key))})"
+                     for key in sorted(old.keys() | new.keys()) if old.get(key) != new.get(key))
+
+
+class StepRecord:
+    """SAVE_DIR/recipe.json: what each finished step was run with, in step order."""
+
+    def __init__(self, save_dir: Path):
+        self.path = save_dir / "recipe.json"
+        self.steps = json.loads(self.path.read_text()) if self.path.is_file() else {}
+
+    def done(self, name: str) -> bool:
+        return name in self.steps
+
+    def finish(self, name: str, spec) -> None:
+        self.steps[name] = spec
+        write_json(self.path, self.steps)
+
+    def check(self, planned: Dict[str, object], save_dir: Path, redo: bool, log: Callable[[str], None]) -> None:
+        """Refuse the first recorded step whose run differs from the planned one; with
+        ``redo``, forget it and every step after it, so that they run again (over their
+        old files: each step writes all of its output). A step without a record (cut
+        short, or from an older version of the recipe) runs again too."""
+        names = list(planned)
+        stale = next((n for n in names if n in self.steps and self.steps[n] != planned[n]), None)
+        if stale is not None and not redo:
+            raise DataError(f"{save_dir}: its {stale} step was run with other options: "
+                            f"{difference(self.steps[stale], planned[stale])}; give --redo to run it and the steps "
+                            "after it again, or another SAVE_DIR")
+        if stale is not None:
+            log(f"--redo: the {stale} step's options changed; it and the steps after it run again")
+        # the first step to run: every step after it takes its output as input
+        first = next((i for i, n in enumerate(names) if self.steps.get(n) != planned[n]), len(names))
+        for name in names[first:]:
+            self.steps.pop(name, None)
+        write_json(self.path, self.steps)
+
+
 def finetune_nested(model_dir: Path, data: Path, save_dir: Path, dense: finetune.Recipe, nested: NestedRecipe,
-                    log: Callable[[str], None], threads: Optional[int] = None) -> Dict[str, Path]:
-    """The five steps; returns the dense and nested best checkpoints."""
+                    log: Callable[[str], None], threads: Optional[int] = None, redo: bool = False,
+                    cpu: bool = True, fp16: bool = False) -> Dict[str, Path]:
+    """The five steps; returns the dense and nested best checkpoints. ``cpu``: train on
+    the CPU (else fairseq's default device, the GPU); ``fp16``: half-precision training."""
     classes = num_classes(data)
     examples = count_binarized(data / "input0" / "train")
     updates = dense.updates(examples)
+    nested_updates = nested.max_updates or updates
     dense_dir, nested_dir = save_dir / "dense", save_dir / "nested"
-    log(f"recipe 1/5: dense fine-tuning ({updates} updates)")
-    train_step("dense", finetune.command("dense", data, model_dir, dense_dir, dense, examples, classes),
-               dense_dir, log, threads)
-    dense_best = dense_dir / "checkpoint_best.pt"
+    dense_best, nested_best = dense_dir / "checkpoint_best.pt", nested_dir / "checkpoint_best.pt"
+    importance_file, reordered, calibrated = save_dir / "importance.json", save_dir / "reordered.pt", \
+        nested_dir / "calibration.json"
+    device = {"cpu": cpu, "fp16": fp16}
+    dense_command = finetune.command("dense", data, model_dir, dense_dir, dense, examples, classes, **device)
+    nested_run = nested_command(data, model_dir / "model.pt", reordered, nested_dir, dense, nested, nested_updates, classes, **device)
+    planned = {  # each step's record: what decides its output
+        "dense": recorded(dense_command),
+        "importance": {"examples": nested.importance_examples, "batch_size": dense.batch_size, "split": "train"},
+        "reorder": {},
+        "nested": recorded(nested_run),
+        "calibration": {"split": "valid"},
+    }
+    save_dir.mkdir(parents=True, exist_ok=True)
+    steps = StepRecord(save_dir)
+    steps.check(planned, save_dir, redo, log)
 
-    importance_file = save_dir / "importance.json"
-    if not importance_file.is_file():
-        log(f"recipe 2/5: head importance of the dense model on {nested.importance_examples} training examples")
-        importance = head_importance(dense_best, data, "train", dense.batch_size, nested.importance_examples)
-        write_json(importance_file, importance.tolist())
-    importance = torch.tensor(json.loads(importance_file.read_text()))
+    def step(name: str, heading: str, body: Callable[[], None]) -> None:
+        if steps.done(name):
+            log(f"{heading}: done before, with the same options")
+            return
+        log(heading)
+        body()
+        steps.finish(name, planned[name])
 
-    reordered = save_dir / "reordered.pt"
-    if not reordered.is_file():
-        log("recipe 3/5: heads reordered by importance (the same function)")
+    step("dense", f"recipe 1/5: dense fine-tuning ({updates} updates)",
+         lambda: train_step("dense", dense_command, dense_dir, log, threads))
+
+    def importance() -> None:
+        found = head_importance(dense_best, data, "train", dense.batch_size, nested.importance_examples)
+        write_json(importance_file, found.tolist())
+
+    step("importance", f"recipe 2/5: head importance of the dense model on {nested.importance_examples} training "
+         "examples", importance)
+
+    def reorder() -> None:
         state = read(dense_best)
-        state["model"], order = reorder_heads(state["model"], importance)
+        state["model"], order = reorder_heads(state["model"], torch.tensor(json.loads(importance_file.read_text())))
         state["last_optimizer_state"] = None
         with atomic_path(reordered) as tmp:
             torch.save(state, tmp)
         write_json(save_dir / "order.json", order.tolist())
 
-    nested_updates = nested.max_updates or updates
-    log(f"recipe 4/5: nested fine-tuning ({nested_updates} updates; each trains the router's budgets and "
-        f"{nested.sandwich_widths} fixed widths)")
-    train_step("nested", nested_command(data, reordered, nested_dir, dense, nested, nested_updates, classes),
-               nested_dir, log, threads)
-    nested_best = nested_dir / "checkpoint_best.pt"
+    step("reorder", "recipe 3/5: heads reordered by importance (the same function)", reorder)
+    step("nested", f"recipe 4/5: nested fine-tuning ({nested_updates} updates; each trains the router's budgets "
+         f"and {nested.sandwich_widths} fixed widths)",
+         lambda: train_step("nested", nested_run, nested_dir, log, threads))
 
-    calibrated = nested_dir / "calibration.json"
-    if not calibrated.is_file():
-        log("recipe 5/5: the budget dial calibrated on dev")
+    def calibrate() -> None:
         table = calibrate_checkpoint(nested_best, data, "valid", log=lambda line: log("    " + line))
         write_json(calibrated, {"split": "valid", "table": table.tolist(), "nested": asdict(nested)})
+
+    step("calibration", "recipe 5/5: the budget dial calibrated on dev", calibrate)
     return {"dense": dense_best, "nested": nested_best}

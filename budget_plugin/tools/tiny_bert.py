@@ -1,5 +1,5 @@
 """A tiny random BERT folder (config.json, model.safetensors, vocab.txt) in the layout
-Hugging Face models ship in: what scripts/convert_bert.py reads. For the tests and the
+Hugging Face models ship in: what budget-convert reads. For the tests and the
 main job's offline ``--quick`` form, where no pretrained model can be fetched."""
 
 import json
