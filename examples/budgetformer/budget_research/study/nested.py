@@ -1,5 +1,5 @@
 """The latency study's nested model: one per data set and seed, made by
-scripts/finetune.py's recipe (dense -> importance -> reorder -> nested -> the dial
+budget-finetune's recipe (dense -> importance -> reorder -> nested -> the dial
 calibrated on dev) with the study's recipe, seed and update budget, then scored on dev
 and test at every dial setting twice: with its per-input budgets, and at the fixed
 per-layer counts those budgets ran on dev (made whole with the same total: chosen on

@@ -122,7 +122,7 @@ class Run:
         return Run(self.dataset, "dense", self.seed)
 
     def nested(self) -> "Run":
-        """The nested run of the same data set and seed (scripts/finetune.py's recipe,
+        """The nested run of the same data set and seed (budget-finetune's recipe,
         whose first step trains ``dense`` again: its checkpoint, unlike the record, was not kept)."""
         return Run(self.dataset, "nested", self.seed)
 

@@ -1,5 +1,5 @@
 """What the studies need before they train: the converted encoder and the binarized data
-sets, made when missing (as scripts/convert_bert.py and examples/budgetformer/get_data.py make them)."""
+sets, made when missing (as budget-convert and examples/budgetformer/get_data.py make them)."""
 
 from dataclasses import replace
 
@@ -23,7 +23,7 @@ def prepare(cfg: StudyConfig) -> StudyConfig:
                 raise SystemExit(f"error: {cfg.data_dir / f'{dataset}-bin'}: no binarized data set "
                                  "(input0/ and label/ with train, valid and test)")
             truncate = ["--truncate-tokens", TRUNCATE[dataset]] if dataset in TRUNCATE else []
-            log(f"preparing {dataset} (tools.datasets, as examples/budgetformer/get_data.py)")
+            log(f"preparing {dataset} (budget_research.datasets, as examples/budgetformer/get_data.py)")
             pretrained.get_data([dataset], cfg.data_dir, cache, cfg.model_dir, *truncate)
     args = finetune.encoder_args(cfg.model_dir / "model.pt")
     return replace(cfg, heads=args.encoder_attention_heads, layers=args.encoder_layers)
