@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 from test_model import make_criterion, make_sample
 
-from budget_plugin.models.budget_dial import DIAL_RATIOS, HeadRatio, parse_head_ratio
+from budget_plugin.models.budget_dial import Dial, HeadRatio, calibration_ratios, parse_head_ratio
 from budget_plugin.nested.calibration import calibrate, mean_ratio
-from budget_plugin.nested.export import export_counts, pruned_checkpoint
+from budget_plugin.nested.export import pruned_checkpoint, whole_counts
 from conftest import build_model, random_tokens
 
 HEAD = "sentence_classification_head"
@@ -95,10 +95,11 @@ def test_calibration_makes_every_dialled_ratio_the_mean_on_its_split():
     model = nested_model()
     data = batches()
     table = calibrate(model, data)
-    assert table[:, 0].tolist() == pytest.approx(sorted(DIAL_RATIOS))
-    assert torch.all(table[1:, 1] >= table[:-1, 1]), "a larger ratio takes a larger shift"
-    with torch.no_grad():
-        model.head_dial.copy_(table)
+    assert table[0, 0].item() == pytest.approx(0.25) and table[-1, 0].item() == 1  # the range the dial accepts
+    assert all(any(r == pytest.approx(aim) for r in table[:, 0].tolist()) for aim in calibration_ratios(1, 4))
+    assert torch.all(table[1:, 0] > table[:-1, 0]) and torch.all(table[1:, 1] >= table[:-1, 1]), \
+        "a larger ratio takes a larger shift"
+    model.store_dial(table)
     achieved = {}
     for ratio in (0.3, 0.5, 0.75):
         with model.dialled(str(ratio)):
@@ -107,18 +108,17 @@ def test_calibration_makes_every_dialled_ratio_the_mean_on_its_split():
     # between two calibrated ratios, interpolated: the mean lands between theirs
     with model.dialled("0.45"):
         assert 0.4 - 0.02 <= mean_ratio(model, data) <= 0.5 + 0.02
-    assert model.head_ratio is None and all(a.router.dial_shift == 0 for a in model.budgeted_attentions())
+    assert model.head_ratio is None and model.dial_setting == Dial(), "the model's own setting again"
 
 
 def test_a_calibrated_checkpoint_dials_when_loaded():
     """--head-ratio reaches the model as its option; the shift is applied once the
     calibration is loaded with the weights."""
-    model = nested_model()
-    with torch.no_grad():
-        model.head_dial.copy_(calibrate(model, batches()))
+    model, data = nested_model(), batches()
+    model.store_dial(calibrate(model, data))
     dialled = build_model(num_classes=2, head_selection="nested", head_ratio="0.3").eval()
     dialled.load_state_dict(model.state_dict())
-    assert mean_ratio(dialled, batches()) == pytest.approx(0.3, abs=0.02)
+    assert mean_ratio(dialled, data) == pytest.approx(0.3, abs=0.02)
 
 
 def checkpoint_of(model) -> dict:
@@ -126,13 +126,12 @@ def checkpoint_of(model) -> dict:
             "optimizer_history": [], "extra_state": {}}
 
 
-@pytest.mark.parametrize("head_ratio, counts", [("2,3", [2, 3]), ("0.5", [2, 2]), ("1", [4, 4])])
-def test_the_pruned_export_computes_the_dialled_model_with_fewer_weights(head_ratio, counts):
+@pytest.mark.parametrize("counts", [[2, 3], [2, 2], [4, 4]])
+def test_the_pruned_export_computes_the_dialled_model_with_fewer_weights(counts):
     from budget_plugin.tools.checkpoints import as_budgetformer
 
     model = nested_model()
     state = checkpoint_of(model)
-    assert export_counts(state["cfg"]["model"], head_ratio) == counts
     pruned = as_budgetformer(pruned_checkpoint(state, counts))
     tokens = random_tokens()
     with torch.no_grad(), model.forced_heads(counts):
@@ -214,8 +213,6 @@ def test_no_sandwich_in_evaluation():
     ([2.5, 2.5], None),  # 5: one layer at 3
 ])
 def test_fixed_counts_keep_the_total_of_the_means(means, counts):
-    from budget_research.benchmark.dial import whole_counts
-
     found = whole_counts(means)
     assert sum(found) == round(sum(means))
     assert all(abs(c - m) < 1 for c, m in zip(found, means))

@@ -1,10 +1,13 @@
 """Calibrate a BudgetFormer checkpoint's budget dial (``--head-ratio R``) on a split.
 
-For each of a fixed set of mean head ratios (0.15 ... 0.9), finds the shift of the
-budget logits that gives that ratio on the split's examples, and stores the table in
-the checkpoint (rewritten atomically), so that ``fairseq-validate --head-ratio R``, the
-hub's ``predict(..., head_ratio=R)`` and ``scripts/predict.py --head-ratio R`` need no
-data (budget_plugin/nested/calibration.py; scripts/finetune.py runs it on dev).
+For mean head ratios over the whole range the dial accepts (--min-heads / H, 0.15 ...
+0.9, 1, and a middle row wherever interpolating would miss it), finds the shift of the
+budget logits that gives that ratio on the split's examples (a ratio the split cannot
+reach is reported as a warning), and stores the table in the checkpoint (rewritten
+atomically) with the split's name (what budget-export reads for a ratio), so that
+``fairseq-validate --head-ratio R``, the hub's ``predict(..., head_ratio=R)`` and
+``scripts/predict.py --head-ratio R`` need no data (budget_plugin/nested/calibration.py;
+scripts/finetune.py runs it on dev).
 
     python scripts/calibrate.py checkpoints/nested/checkpoint_best.pt data/minilm/MR-bin
 """

@@ -4,9 +4,11 @@ Each layer keeps only the weights of the heads it runs (its first k, the most
 important: the nested model's heads are in importance order) and no router. The
 export computes what ``fairseq-validate --head-ratio k1,...,kL`` computes on the
 nested checkpoint, loads with ``fairseq-validate`` and the hub, and is the latency
-limit of that budget (budget_plugin/nested/export.py).
+limit of that budget (budget_plugin/nested/export.py). A ratio R exports the counts the
+calibrated dial runs at R on the split it was calibrated on (so it needs that data
+folder); the export runs them for every input, with no dial of its own.
 
-    python scripts/export_pruned.py checkpoints/nested/checkpoint_best.pt exported/ --head-ratio 0.3
+    python scripts/export_pruned.py checkpoints/nested/checkpoint_best.pt exported/ --head-ratio 0.3 --data data/MR-bin
     python scripts/export_pruned.py checkpoints/nested/checkpoint_best.pt exported/ --head-ratio 4,4,3,3,4,4
 """
 
@@ -26,12 +28,18 @@ def main(argv=None) -> int:
     parser.add_argument("checkpoint", type=Path, help="a --head-selection nested checkpoint")
     parser.add_argument("out_dir", type=Path, help="where to write checkpoint_pruned.pt")
     parser.add_argument("--head-ratio", required=True,
-                        help="a ratio R (round(R x H) heads in every layer) or one count per layer (4,4,3,3,4,4)")
+                        help="a ratio R (the per-layer counts the calibrated dial runs at R on its calibration split; "
+                        "needs --data) or one count per layer (4,4,3,3,4,4)")
+    parser.add_argument("--data", type=Path,
+                        help="the binarized data folder the dial was calibrated on (for a ratio --head-ratio)")
     args = parser.parse_args(argv)
 
     def body():
         out = args.out_dir / "checkpoint_pruned.pt"
-        counts = export_pruned(args.checkpoint, out, args.head_ratio)
+        counts = export_pruned(args.checkpoint, out, args.head_ratio, args.data)
+        if "," not in args.head_ratio:
+            print(f"--head-ratio {args.head_ratio}: heads per layer {','.join(map(str, counts))}, what the "
+                  "calibrated dial runs there on its calibration split")
         before, after = args.checkpoint.stat().st_size, out.stat().st_size
         print(f"wrote {out}: heads per layer {','.join(map(str, counts))}; {after / 2**20:.1f} MiB "
               f"(the checkpoint read: {before / 2**20:.1f} MiB, with its optimizer state if saved)")

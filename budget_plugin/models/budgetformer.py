@@ -3,7 +3,7 @@
 import contextlib
 import logging
 from pathlib import Path
-from typing import Iterator, Sequence, Union
+from typing import Iterator, Optional, Sequence, Union
 
 import torch
 from fairseq.dataclass.utils import gen_parser_from_dataclass
@@ -15,9 +15,9 @@ from fairseq.modules import layer_norm as fairseq_layer_norm
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr, safe_hasattr
 
-from ..config import BudgetConfig, OptionError, require
+from ..config import BudgetConfig, require
 from ..modules import BudgetedAttention, BudgetedEncoderLayer, Exploration, exploration_at
-from .budget_dial import DIAL_RATIOS, BudgetDial, parse_head_ratio
+from .budget_dial import STATE_FORMAT, BudgetDial, Dial, parse_head_ratio
 from .hub_interface import BudgetFormerHubInterface, tokenizer_options
 
 logger = logging.getLogger(__name__)
@@ -51,9 +51,17 @@ class BudgetTransformerEncoder(TransformerEncoder):
     def build_encoder_layer(self, cfg):
         return BudgetedEncoderLayer(TransformerConfig.from_namespace(cfg), self.budget, *next(self.layer_heads))
 
+    def forward(self, src_tokens, src_lengths=None, return_all_hiddens=False, token_embeddings=None,
+                dial: Optional[Dial] = None):
+        return self.forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings, dial)
+
     def forward_scriptable(
-        self, src_tokens, src_lengths=None, return_all_hiddens=False, token_embeddings=None
+        self, src_tokens, src_lengths=None, return_all_hiddens=False, token_embeddings=None,
+        dial: Optional[Dial] = None,
     ):
+        """``dial``: the budget dial for this call (every layer's part handed to its
+        router as an argument); None: no dial."""
+        dial = dial or Dial()
         padding_mask = src_tokens.eq(self.padding_idx)
         has_pads = bool(padding_mask.any())
         x, embedding = self.forward_embedding(src_tokens, token_embeddings)
@@ -64,7 +72,7 @@ class BudgetTransformerEncoder(TransformerEncoder):
         states = [x] if return_all_hiddens else []
         layer_stats = []
         for layer in self.layers:
-            x, stats = layer(x, encoder_padding_mask=padding_mask if has_pads else None)
+            x, stats = layer(x, encoder_padding_mask=padding_mask if has_pads else None, dial=dial.layer(layer.index))
             layer_stats.append(stats)
             if return_all_hiddens:
                 states.append(x)
@@ -89,11 +97,20 @@ class BudgetFormerEncoder(RobertaEncoder):
         encoder.apply(init_bert_params)
         return encoder
 
-    def extract_features(self, src_tokens, return_all_hiddens=False, **kwargs):
+    def forward(self, src_tokens, features_only=False, return_all_hiddens=False, masked_tokens=None,
+                dial: Optional[Dial] = None, **unused):
+        # RobertaEncoder.forward's, handing the dial on
+        x, extra = self.extract_features(src_tokens, return_all_hiddens=return_all_hiddens, dial=dial)
+        if not features_only:
+            x = self.output_layer(x, masked_tokens=masked_tokens)
+        return x, extra
+
+    def extract_features(self, src_tokens, return_all_hiddens=False, dial: Optional[Dial] = None, **kwargs):
         encoder_out = self.sentence_encoder(
             src_tokens,
             return_all_hiddens=return_all_hiddens,
             token_embeddings=kwargs.get("token_embeddings", None),
+            dial=dial,
         )
         features = encoder_out["encoder_out"][0].transpose(0, 1)  # B x T x C
         inner_states = encoder_out["encoder_states"] if return_all_hiddens else None
@@ -154,17 +171,20 @@ class BudgetFormerModel(BudgetDial, RobertaModel):
                 module.eps = eps
         self.budget = encoder.sentence_encoder.budget  # the config the layers were built with
         self.num_updates = 0
+        # the layout of this state dict (budget_dial.py), so that a later one is refused by name
+        self.register_buffer("budget_format", torch.tensor(STATE_FORMAT))
         if self.budget.predicts_budget:
             # the budget dial's calibration: rows (mean head ratio, budget-logit shift that
-            # gives it on a named split), zeros (no ratio) until nested/calibration.py fills them
-            self.register_buffer("head_dial", torch.zeros(len(DIAL_RATIOS), 2))
+            # gives it on a named split), none until nested/calibration.py fills them
+            self.register_buffer("head_dial", torch.zeros(0, 2))
         layers, heads = args.encoder_layers, args.encoder_attention_heads
         # --head-ratio (a task option, so that fairseq-validate parses it): applied once the
         # weights, calibration included, are loaded (load_state_dict)
-        self.head_ratio = parse_head_ratio(safe_getattr(args, "head_ratio", None), layers, heads, self.budget.min_heads)
-        if self.head_ratio is not None and not self.budget.predicts_budget:
-            raise OptionError(f"--head-ratio needs a model with a budget predictor (--head-selection nested or "
-                              f"learned), not {self.budget.head_selection}")
+        head_ratio = safe_getattr(args, "head_ratio", None)
+        if head_ratio is not None and not self.budget.predicts_budget:
+            self.dial_of(head_ratio)  # refused, in one line: this model has no dial
+        self.head_ratio = parse_head_ratio(head_ratio, layers, heads, self.budget.min_heads)
+        self.dial_setting = Dial()  # what forward runs when a call names no dial
         if self.head_ratio is not None and self.head_ratio.counts is not None:  # needs no calibration
             self.set_head_ratio(self.head_ratio)
 
@@ -175,8 +195,7 @@ class BudgetFormerModel(BudgetDial, RobertaModel):
         budget dial's calibration loads uncalibrated."""
         super().upgrade_state_dict_named(state_dict, name)  # the children rename old keys
         prefix = name + "." if name else ""
-        if hasattr(self, "head_dial") and prefix + "head_dial" not in state_dict:
-            state_dict[prefix + "head_dial"] = torch.zeros_like(self.head_dial)
+        self.upgrade_dial(state_dict, prefix)  # the format checked; the dial's table as this code reads it
         router = {k: v for k, v in self.state_dict().items() if ".router." in k}
         new = [k for k in router if prefix + k not in state_dict]
         if new and len(new) == len(router):  # a checkpoint without routers: RoBERTa
@@ -224,6 +243,14 @@ class BudgetFormerModel(BudgetDial, RobertaModel):
         if OmegaConf.is_config(args):
             OmegaConf.set_struct(args, True)
         return cls(args, encoder)
+
+    def forward(self, src_tokens, features_only=False, return_all_hiddens=False, classification_head_name=None,
+                dial: Optional[Dial] = None, **kwargs):
+        """RoBERTa's forward; ``dial``: the budget dial for this call (``self.dial_of(
+        "0.3")``), handed to every router as an argument; None: the model's own setting."""
+        dial = self.dial_setting if dial is None else dial
+        return super().forward(src_tokens, features_only, return_all_hiddens, classification_head_name,
+                               dial=dial, **kwargs)
 
     def budgeted_attentions(self) -> Iterator[BudgetedAttention]:
         return (m for m in self.modules() if isinstance(m, BudgetedAttention))

@@ -1,12 +1,12 @@
 """Load a trained BudgetFormer in three lines, tokenize as its data was, and ask which
 heads it runs."""
 
-import contextlib
 import logging
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Union
 
 import torch
+import torch.nn.functional as F
 from fairseq.models.roberta.hub_interface import RobertaHubInterface
 
 from ..encoders.wordpiece import TOKENIZER_FILES
@@ -55,11 +55,12 @@ class HeadChoice(NamedTuple):
 
 
 @torch.no_grad()
-def head_choice(model, tokens: torch.LongTensor) -> HeadChoice:
+def head_choice(model, tokens: torch.LongTensor, dial=None) -> HeadChoice:
     """The heads a BudgetFormer runs for each input of a padded batch (B x T), in layer
-    order: the one place that reads them out of the model's per-layer statistics."""
+    order (``dial``: the budget dial's setting for this call; None: the model's own): the
+    one place that reads them out of the model's per-layer statistics."""
     device = next(model.parameters()).device
-    _, extra = model(tokens.to(device), features_only=True)
+    _, extra = model(tokens.to(device), features_only=True, dial=dial)
     return HeadChoice(*(torch.stack([layer[key] for layer in extra["budget"]], dim=1)
                         for key in ("selected", "heads", "budget")))
 
@@ -68,19 +69,36 @@ class BudgetFormerHubInterface(RobertaHubInterface):
     """fairseq's RoBERTa hub interface (``encode``, ``predict``, ``extract_features``,
     ``decode``) plus :meth:`head_usage`. ``predict`` runs without autograd, so that it
     takes the fast path (with autograd recording, a layer computes every head, for the
-    gradients); wrap ``extract_features`` in ``torch.no_grad()`` for the same."""
+    gradients); wrap ``extract_features`` in ``torch.no_grad()`` for the same.
 
-    def dialled(self, head_ratio: Optional[str]):
-        """The model at budget dial ``head_ratio`` inside a ``with`` block (None: as loaded)."""
-        return contextlib.nullcontext() if head_ratio is None else self.model.dialled(head_ratio)
+    ``head_ratio=`` sets the budget dial for one call (a mean head ratio of a calibrated
+    checkpoint, or one count per layer, as --head-ratio; None: the model's own). It is
+    handed to the model's forward, not set on the model, so that threads sharing one
+    hub each run their own."""
+
+    def dial(self, head_ratio: Optional[str]):
+        """The model's dial setting for ``head_ratio`` (None: the model's own)."""
+        return None if head_ratio is None else self.model.dial_of(head_ratio)
+
+    def extract_features(self, tokens: torch.LongTensor, return_all_hiddens: bool = False,
+                         head_ratio: Optional[str] = None) -> torch.Tensor:
+        """RoBERTa's ``extract_features``, at budget dial ``head_ratio``."""
+        if tokens.dim() == 1:
+            tokens = tokens.unsqueeze(0)
+        if tokens.size(-1) > self.model.max_positions():
+            raise ValueError(f"tokens exceeds maximum length: {tokens.size(-1)} > {self.model.max_positions()}")
+        features, extra = self.model(tokens.to(device=self.device), features_only=True,
+                                     return_all_hiddens=return_all_hiddens, dial=self.dial(head_ratio))
+        if return_all_hiddens:
+            return [inner_state.transpose(0, 1) for inner_state in extra["inner_states"]]  # T x B x C -> B x T x C
+        return features
 
     @torch.no_grad()
     def predict(self, head: str, tokens: torch.LongTensor, return_logits: bool = False,
                 head_ratio: Optional[str] = None):
-        """RoBERTa's ``predict``; ``head_ratio``: the budget dial for this call (a mean
-        head ratio of a calibrated checkpoint, or one count per layer, as --head-ratio)."""
-        with self.dialled(head_ratio):
-            return super().predict(head, tokens, return_logits=return_logits)
+        """RoBERTa's ``predict``, at budget dial ``head_ratio``."""
+        logits = self.model.classification_heads[head](self.extract_features(tokens, head_ratio=head_ratio))
+        return logits if return_logits else F.log_softmax(logits, dim=-1)
 
     @torch.no_grad()
     def head_usage(self, tokens: torch.LongTensor,
@@ -93,8 +111,7 @@ class BudgetFormerHubInterface(RobertaHubInterface):
         ``{"heads": [selected head indices], "num_heads": k, "budget": b}``;
         for a batch, one such list per example."""
         single = tokens.dim() == 1
-        with self.dialled(head_ratio):
-            choice = head_choice(self.model, tokens.unsqueeze(0) if single else tokens)
+        choice = head_choice(self.model, tokens.unsqueeze(0) if single else tokens, self.dial(head_ratio))
         usage = [
             [
                 {"heads": selected.nonzero().flatten().tolist(), "num_heads": int(heads), "budget": float(budget)}

@@ -15,7 +15,7 @@ from ..config import BudgetConfig
 from . import gpu_heads, head_subset, prefix_heads
 from .flops import attention_flops
 from .head_subset import HeadMajorWeights, head_major, keep_mask, merge_heads, split_heads
-from .router import HeadRoute, HeadRouter
+from .router import NO_DIAL, HeadRoute, HeadRouter, LayerDial
 from .statistics import LayerStatistics
 
 ROUTER_KEYS = ("relevance_proj.", "budget_proj.", "static_logits", "random_seed")
@@ -79,8 +79,10 @@ class BudgetedAttention(MultiheadAttention):
         attn_mask: Optional[Tensor] = None,
         before_softmax: bool = False,
         need_head_weights: bool = False,
+        dial: LayerDial = NO_DIAL,
     ) -> Tuple[Tensor, Mapping[str, Tensor]]:
-        """query: T x B x C. Returns the attention output and this layer's statistics."""
+        """query: T x B x C; ``dial``: the budget dial for this call (router.py). Returns
+        the attention output and this layer's statistics."""
         refused = {
             "key or value other than the query (budgeted attention is self-attention)":
                 any(t is not None and t is not query for t in (key, value)),
@@ -98,11 +100,11 @@ class BudgetedAttention(MultiheadAttention):
         # copy of the weights): with autograd recording, gradients need the gated path
         recording = torch.is_grad_enabled() and (x.requires_grad or self.q_proj.weight.requires_grad)
         reference = self.training or not self.fast_path or recording
-        route = self.router(x, key_padding_mask, gate=reference)
+        route = self.router(x, key_padding_mask, gate=reference, dial=dial)
         if reference:
             out = self.attend_all_heads(x, key_padding_mask, route.gate)
         elif self.nested:
-            out = self.attend_prefix(x, key_padding_mask, route.counts or route.heads, route.every_head)
+            out = self.attend_prefix(x, key_padding_mask, route.counts or route.heads, route.every_head, dial)
         else:
             out = self.attend_selected_heads(x, key_padding_mask, route.selected, route.every_head)
         return out, self.statistics(x.size(0), route, lazy=not reference)
@@ -147,11 +149,11 @@ class BudgetedAttention(MultiheadAttention):
         return head_subset.attend_selected(x, key_padding_mask, selected, weights)
 
     def attend_prefix(self, x: Tensor, key_padding_mask: Optional[Tensor], heads: Union[Tensor, List[int]],
-                      every_head: bool = False) -> Tensor:
+                      every_head: bool = False, dial: LayerDial = NO_DIAL) -> Tensor:
         """Fast path of --head-selection nested: example b runs heads 0..heads[b]-1, on
         views of the projections' own weights. The counts are read on the host (a
         synchronisation on a GPU) unless they are fixed (forced, dialled or pruned)."""
-        fixed = self.router.fixed_count()
+        fixed = self.router.fixed_count(dial)
         counts = fixed if fixed is not None else heads if isinstance(heads, list) else heads.tolist()
         if every_head or (fixed is None and min(counts) == self.num_heads):  # exactly fairseq's own attention
             return MultiheadAttention.forward(self, x, x, x, key_padding_mask=key_padding_mask, need_weights=False)[0]

@@ -7,6 +7,7 @@ from torch import Tensor
 
 from ..config import BudgetConfig
 from .budgeted_attention import BudgetedAttention
+from .router import NO_DIAL, LayerDial
 
 
 class BudgetedEncoderLayer(TransformerEncoderLayerBase):
@@ -39,11 +40,12 @@ class BudgetedEncoderLayer(TransformerEncoderLayerBase):
         x: Tensor,
         encoder_padding_mask: Optional[Tensor],
         attn_mask: Optional[Tensor] = None,
+        dial: LayerDial = NO_DIAL,
     ) -> Tuple[Tensor, Dict[str, Tensor]]:
         residual = x
         if self.normalize_before:
             x = self.self_attn_layer_norm(x)
-        x, stats = self.self_attn(x, key_padding_mask=encoder_padding_mask, attn_mask=attn_mask)
+        x, stats = self.self_attn(x, key_padding_mask=encoder_padding_mask, attn_mask=attn_mask, dial=dial)
         stats["layer"] = self.index
         x = self.residual_connection(self.dropout_module(x), residual)
         if not self.normalize_before:

@@ -29,10 +29,11 @@ The baselines (``--head-selection static|random|kept``) replace the predictor by
 budget per layer: one learned relevance shared by every input, uniform draws, or named heads.
 ``pruned`` (an exported nested model) runs the prefix its layer holds, always.
 
-At evaluation the budget can be dialled (``--head-ratio``, set through the model):
-``dial_shift`` is added to the budget logit of every input (a calibrated shift,
-nested/calibration.py, moves the mean without undoing the per-input differences), or
-``dial_heads`` runs a fixed count with no predictor.
+At evaluation the budget can be dialled (``--head-ratio``): the model hands every
+router its :class:`LayerDial` with each forward (an argument, never router state, so
+that concurrent calls can run at different settings): ``shift`` is added to the budget
+logit of every input (a calibrated shift, nested/calibration.py, moves the mean without
+undoing the per-input differences), or ``heads`` runs a fixed count with no predictor.
 
 Every logit is multiplied by ``--router-scale`` (10 by default), a reparametrization that
 lets the router move faster than the pretrained weights under one learning rate.
@@ -48,6 +49,17 @@ from torch import Tensor, nn
 
 from ..config import BudgetConfig
 from .exploration import Exploration, exploration_at
+
+
+class LayerDial(NamedTuple):
+    """The budget dial as one layer's router runs it, at evaluation only (training
+    ignores it: the predictor is trained as it predicts)."""
+
+    shift: float = 0.0  # added to the budget logit of every input
+    heads: Optional[int] = None  # a fixed count for every input, no predictor
+
+
+NO_DIAL = LayerDial()
 
 
 class HeadRoute(NamedTuple):
@@ -119,8 +131,6 @@ class HeadRouter(nn.Module):
         self._generator: Optional[torch.Generator] = None
         self.num_updates = 0
         self.forced_heads: Optional[int] = None  # only inside forced()
-        self.dial_shift = 0.0  # evaluation only: added to the budget logit (the model's set_head_ratio)
-        self.dial_heads: Optional[int] = None  # evaluation only: a fixed count, no predictor
         self.reset_parameters()
 
     @property
@@ -182,14 +192,14 @@ class HeadRouter(nn.Module):
         finally:
             self.forced_heads = None
 
-    def fixed_count(self) -> Optional[int]:
+    def fixed_count(self, dial: LayerDial = NO_DIAL) -> Optional[int]:
         """The count every input runs, when it does not depend on the input: forced,
-        dialled to a count (at evaluation), or the heads a pruned layer holds."""
+        the heads a pruned layer holds, or dialled to a count (at evaluation)."""
         if self.forced_heads is not None:
             return self.forced_heads
         if self.cfg.head_selection == "pruned":
             return int(self.fixed_heads)
-        return None if self.training else self.dial_heads
+        return None if self.training else dial.heads
 
     def rank_heads(self, logits: Tensor, exploration: Exploration) -> Tensor:
         """Rank of every head (0 = most relevant), explored while training.
@@ -216,26 +226,29 @@ class HeadRouter(nn.Module):
             self._generator = torch.Generator(device=device).manual_seed(int(self.random_seed))
         return torch.rand(shape, device=device, generator=self._generator)
 
-    def predict_budget(self, summary: Tensor) -> Tensor:
-        """b(x) = m + (H - m) sigmoid(s (w_b . summary + c_b)): B, float32."""
+    def predict_budget(self, summary: Tensor, shift: float = 0.0) -> Tensor:
+        """b(x) = m + (H - m) sigmoid(s (w_b . summary + c_b) + shift): B, float32; the
+        dial's ``shift`` applies at evaluation only."""
         H, m = self.num_heads, self.cfg.min_heads
         logit = self.cfg.router_scale * self.budget_proj(summary).float().squeeze(-1)
-        if not self.training and self.dial_shift:
-            logit = logit + self.dial_shift
+        if not self.training and shift:
+            logit = logit + shift
         return m + (H - m) * torch.sigmoid(logit)
 
-    def forward(self, x: Tensor, key_padding_mask: Optional[Tensor], gate: bool = True) -> HeadRoute:
+    def forward(self, x: Tensor, key_padding_mask: Optional[Tensor], gate: bool = True,
+                dial: LayerDial = NO_DIAL) -> HeadRoute:
         """x: T x B x C (the attention's input). ``gate=False`` skips the gates (the fast
-        path runs the selection itself, and the gates are a dozen small ops a layer)."""
+        path runs the selection itself, and the gates are a dozen small ops a layer);
+        ``dial``: the budget dial's setting for this call (evaluation only)."""
         H, m, B = self.num_heads, self.cfg.min_heads, x.size(1)
         selection, scale = self.cfg.head_selection, self.cfg.router_scale
         if self.cfg.runs_prefix:
-            return self.nested(x, key_padding_mask, gate)
+            return self.nested(x, key_padding_mask, gate, dial)
         exploration = exploration_at(self.cfg, self.num_updates, self.training)
         if selection == "learned":
             summary = summarize(x, key_padding_mask, self.cfg.budget_pooling)
             logits = scale * self.relevance_proj(summary).float()
-            budget = self.predict_budget(summary)
+            budget = self.predict_budget(summary, dial.shift)
             heads = budget.detach().round().clamp(m, H).long()
         else:  # baselines: a fixed budget, no router
             budget = x.new_full((B,), self.fixed_heads, dtype=torch.float)
@@ -251,7 +264,7 @@ class HeadRouter(nn.Module):
                 heads = math.floor(self.fixed_heads) + (self.uniform_draw(B, x.device) < fraction).long()
         every_head = m >= H or {"learned": False, "static": round(self.fixed_heads) >= H,
                                 "random": self.fixed_heads >= H, "kept": self.fixed_heads >= H}[selection]
-        fixed = self.fixed_count()
+        fixed = self.fixed_count(dial)
         if fixed is not None:
             heads = torch.full_like(heads, fixed)
             every_head = fixed == H
@@ -271,7 +284,7 @@ class HeadRouter(nn.Module):
         gates = selected.to(budget.dtype) + straight_through(soft_count) + straight_through(H * relevance)
         return HeadRoute(budget, heads, selected, gates, relevance, every_head)
 
-    def nested(self, x: Tensor, key_padding_mask: Optional[Tensor], gate: bool) -> HeadRoute:
+    def nested(self, x: Tensor, key_padding_mask: Optional[Tensor], gate: bool, dial: LayerDial = NO_DIAL) -> HeadRoute:
         """--head-selection nested (and pruned): the budget as 'learned' predicts it, the
         heads a prefix of the layer's order. Nothing is ranked or explored; the gates
         are the hard prefix plus the straight-through soft count mask. A fixed count
@@ -279,11 +292,11 @@ class HeadRouter(nn.Module):
         count (and the gates carry no gradient to it). Without gates (the fast path),
         the counts alone: the rest is :meth:`prefix`."""
         H, m, B = self.num_heads, self.cfg.min_heads, x.size(1)
-        fixed = self.fixed_count()
+        fixed = self.fixed_count(dial)
         if fixed is None and not gate:  # the fast path: the counts are needed on the host
-            return self.host_counts(x, key_padding_mask)
+            return self.host_counts(x, key_padding_mask, dial.shift)
         if fixed is None:
-            budget = self.predict_budget(summarize(x, key_padding_mask, self.cfg.budget_pooling))
+            budget = self.predict_budget(summarize(x, key_padding_mask, self.cfg.budget_pooling), dial.shift)
             heads, every_head = budget.round().long(), m >= H  # b is in [m, H]: no clamp
         else:
             budget = x.new_full((B,), float(fixed), dtype=torch.float)
@@ -295,7 +308,7 @@ class HeadRouter(nn.Module):
         gates = selected.to(budget.dtype) + straight_through(soft_count)
         return HeadRoute(budget, heads, selected, gates, relevance, every_head)
 
-    def host_counts(self, x: Tensor, key_padding_mask: Optional[Tensor]) -> HeadRoute:
+    def host_counts(self, x: Tensor, key_padding_mask: Optional[Tensor], shift: float = 0.0) -> HeadRoute:
         """The nested fast path's route: the budget logits read once to the host, where
         the budgets and counts are worked out (the counts slice the weights there), in a
         few operations instead of a tensor op for each step of the formula: at batch 1
@@ -304,7 +317,7 @@ class HeadRouter(nn.Module):
         H, m, scale = self.num_heads, self.cfg.min_heads, self.cfg.router_scale
         summary = summarize(x, key_padding_mask, self.cfg.budget_pooling)
         logits = F.linear(summary, self.budget_proj.weight, self.budget_proj.bias).view(-1).tolist()
-        budgets = [m + (H - m) * _sigmoid(scale * z + self.dial_shift) for z in logits]
+        budgets = [m + (H - m) * _sigmoid(scale * z + shift) for z in logits]
         counts = [round(b) for b in budgets]
         return HeadRoute(torch.tensor(budgets, device=x.device), torch.tensor(counts, device=x.device), None, None,
                          None, m >= H, counts)

@@ -100,13 +100,14 @@ def build_model(
 
 def copy_weights(source_state: Dict[str, torch.Tensor], target: torch.nn.Module, classification_heads: bool = False):
     """Load a model's weights into another of the same size, across stock ``roberta`` and
-    BudgetFormer: every weight but the routers' and the budget dial's (which one side may
-    lack) and, unless
+    BudgetFormer: every weight but the routers', the budget dial's and the format's (which
+    one side may lack) and, unless
     asked for, the classification heads'. Anything else that does not match raises."""
     state = {k: v for k, v in source_state.items() if classification_heads or not k.startswith("classification_heads.")}
     missing, unexpected = target.load_state_dict(state, strict=False)
-    missing = [k for k in missing if ".router." not in k and k != "head_dial"]  # the dial's calibration too
-    unexpected = [k for k in unexpected if ".router." not in k and k != "head_dial"]
+    # the dial's calibration and the state dict's format too (budget_dial.py)
+    missing = [k for k in missing if ".router." not in k and k not in ("head_dial", "budget_format")]
+    unexpected = [k for k in unexpected if ".router." not in k and k not in ("head_dial", "budget_format")]
     if missing or unexpected:
         raise DataError(f"weights do not match: missing {missing[:5]}, unexpected {unexpected[:5]}")
 

@@ -1,6 +1,6 @@
 """The budget dial's speed on a data set's real test sentences (``examples/budgetformer/benchmark.py
 --checkpoint NESTED --data DATA``): one calibrated nested checkpoint, in one process and
-side by side (interleaved, rotating rounds: tools/measure.py), as
+side by side (interleaved, rotating rounds: budget_research/timing.py), as
 
 * ``dense``: fairseq's own ``roberta`` with the checkpoint's weights (every head);
 * ``nested @ R``: the checkpoint dialled to mean head ratio R, per-input budgets;
@@ -8,21 +8,20 @@ side by side (interleaved, rotating rounds: tools/measure.py), as
   sentences (their means made whole with the same total: chosen on dev), every input
   alike, no router: the static twin;
 * ``pruned @ R``: those counts exported as a physically smaller model
-  (tools/export.py), the latency limit of that budget.
+  (budget_plugin/nested/export.py), the latency limit of that budget.
 
 At batch 1 (the first ``singles`` test sentences, one at a time) and 32 (the split's
 batches), and the whole model's FLOPs over the test split; the table gives each
 system's latency and FLOPs against dense's."""
 
 import copy
-import math
 import time
 from typing import Dict, List, Optional, Sequence
 
 import torch
 
 from budget_plugin.models.budget_dial import parse_head_ratio
-from budget_plugin.nested.export import pruned_checkpoint
+from budget_plugin.nested.export import pruned_checkpoint, whole_counts
 from budget_plugin.tools.building import twin
 from budget_plugin.tools.checkpoints import as_budgetformer, load_checkpoint, read
 from budget_plugin.tools.evaluation import count_flops, layer_heads, split_batches, tokens
@@ -38,18 +37,6 @@ def dialled(model, head_ratio: str):
     copied.head_ratio = parse_head_ratio(head_ratio, L, H, model.budget.min_heads)
     copied.set_head_ratio(copied.head_ratio)
     return copied.eval()
-
-
-def whole_counts(means: Sequence[float]) -> List[int]:
-    """Per-layer head counts as near ``means`` as whole numbers go with the same total
-    (the mean total, rounded): each layer rounded down, and the heads left over given to
-    the layers with the largest remainders. Rounding each layer alone would give a
-    budget of 3.6 heads in every layer 4 everywhere, 11% more heads than the means."""
-    counts = [math.floor(h) for h in means]
-    left = round(sum(means)) - sum(counts)
-    for i in sorted(range(len(means)), key=lambda i: counts[i] - means[i])[:left]:
-        counts[i] += 1
-    return counts
 
 
 def fixed_counts(model, batches: Sequence[dict]) -> List[int]:
