@@ -143,9 +143,10 @@ def test_importance_is_the_models_own_gradient_whatever_the_twins_router():
     model = build_model("budgetformer_tiny", 50, num_classes=2, max_positions=64).eval()
     batches = [{"net_input": {"src_tokens": random_tokens()}, "target": torch.tensor([0, 1, 1, 0, 1, 0])}]
     torch.manual_seed(1)
-    first = importance_of(model, batches)
+    first, neurons = importance_of(model, batches)
     torch.manual_seed(2)
-    assert torch.equal(importance_of(model, batches), first)
+    again = importance_of(model, batches)
+    assert torch.equal(again.heads, first) and torch.equal(again.neurons, neurons)
 
     stock = twin(model, "roberta")  # fairseq's own attention: gate each head by hand
     gates = []
@@ -156,11 +157,55 @@ def test_importance_is_the_models_own_gradient_whatever_the_twins_router():
         gates.append(g)
         return (x * g.repeat_interleave(x.size(-1) // 4, dim=1),)
 
+    masks = []
+
+    def mask(module, inputs):  # each FFN neuron's activation, before fc2
+        (x,) = inputs
+        m = torch.ones(x.size(1), x.size(-1), requires_grad=True)
+        masks.append(m)
+        return (x * m,)
+
     for layer in stock.encoder.sentence_encoder.layers:
         layer.self_attn.onnx_trace = True  # fairseq's Python path, which calls out_proj (the fused one does not)
         layer.self_attn.out_proj.register_forward_pre_hook(gate)
+        layer.fc2.register_forward_pre_hook(mask)
     logits, _ = stock(batches[0]["net_input"]["src_tokens"], classification_head_name="sentence_classification_head")
-    grads = torch.autograd.grad(F.cross_entropy(logits, batches[0]["target"], reduction="sum"), gates)
-    expected = torch.stack([g.abs().sum(0) for g in grads]) / 6
-    expected = expected / expected.norm(dim=1, keepdim=True)
-    assert torch.allclose(first, expected, atol=1e-5), (first, expected)
+    grads = torch.autograd.grad(F.cross_entropy(logits, batches[0]["target"], reduction="sum"), gates + masks)
+    for found, wanted in ((first, grads[:2]), (neurons, grads[2:])):
+        expected = torch.stack([g.abs().sum(0) for g in wanted]) / 6
+        expected = expected / expected.norm(dim=1, keepdim=True)
+        assert torch.allclose(found, expected, atol=1e-5), (found, expected)
+    assert neurons.shape == (2, 128) and neurons.min() >= 0 and neurons.std() > 0
+
+
+@pytest.mark.parametrize("name", ["roberta", "learned"])
+def test_permuted_neurons_compute_what_the_original_computes(name):
+    from budget_plugin.nested.reorder import reorder_neurons
+
+    torch.manual_seed(0)
+    model = build(**MODELS[name])
+    if name != "roberta":
+        vary_routers(model)
+    F = model.encoder.sentence_encoder.layers[0].fc1.out_features
+    neurons = torch.rand(LAYERS, F, generator=torch.Generator().manual_seed(3))
+    state, order = reorder_neurons(model.state_dict(), neurons)
+    assert torch.equal(order, neurons.argsort(dim=1, descending=True))
+    for layer in range(LAYERS):  # the weights moved: neuron 0 is now the most important one
+        key = f"encoder.sentence_encoder.layers.{layer}."
+        assert torch.equal(state[key + "fc1.weight"][0], model.state_dict()[key + "fc1.weight"][order[layer, 0]])
+        assert torch.equal(state[key + "fc2.weight"][:, 0], model.state_dict()[key + "fc2.weight"][:, order[layer, 0]])
+        assert not torch.equal(state[key + "fc1.weight"], model.state_dict()[key + "fc1.weight"])
+    permuted = build(**MODELS[name])
+    permuted.load_state_dict(state)
+    tokens = random_tokens(vocab=VOCAB)
+    torch.testing.assert_close(outputs(permuted, tokens)[1], outputs(model, tokens)[1], rtol=1e-5, atol=1e-5)
+
+
+def test_neuron_importance_of_the_wrong_shape_is_refused():
+    from budget_plugin.nested.reorder import reorder_neurons
+
+    state = build().state_dict()
+    with pytest.raises(ValueError, match="layer 0: importance of 5 neurons, but the state dict has 128"):
+        reorder_neurons(state, torch.rand(LAYERS, 5))
+    with pytest.raises(ValueError, match="importance has 1 layers; the state dict has more"):
+        reorder_neurons(state, torch.rand(1, 128))

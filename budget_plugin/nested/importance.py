@@ -1,13 +1,16 @@
-"""Head importance of a fine-tuned model (Michel et al. 2019, "Are Sixteen Heads Really
-Better than One?"): the static pruning baseline's choice of heads
-(budget-importance, examples/budgetformer/reproduce.py).
+"""Head and FFN-neuron importance of a fine-tuned model (Michel et al. 2019, "Are
+Sixteen Heads Really Better than One?"): the static pruning baseline's choice of heads
+(budget-importance, examples/budgetformer/reproduce.py), and the order the nested
+recipe gives heads and neurons (reorder.py).
 
 Importance of head h in layer l: the mean over examples of |dL/d xi_lh|, where xi_lh = 1
 multiplies the head's output before the output projection and L is the example's
-cross-entropy; normalised per layer by its L2 norm, as Michel et al.'s code does."""
+cross-entropy; normalised per layer by its L2 norm, as Michel et al.'s code does. A
+neuron's is the same with xi multiplying its activation before fc2 (one mask per FFN
+neuron, as DynaBERT's head masks; taken in the same backward pass as the heads')."""
 
 from pathlib import Path
-from typing import Iterable, List, Optional
+from typing import Iterable, List, NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
@@ -35,10 +38,21 @@ def all_heads_twin(model):
                 **dict.fromkeys(ROUTER_OPTIONS))
 
 
+class Importance(NamedTuple):
+    heads: torch.Tensor  # L x H
+    neurons: torch.Tensor  # L x F (F: FFN neurons per layer)
+
+
 def head_importance(checkpoint: Path, data: Path, split: str, batch_size: int,
                     max_examples: Optional[int] = None) -> torch.Tensor:
     """L x H importance over the split's examples (with ``max_examples``: its first
     batches holding at least that many)."""
+    return layer_importance(checkpoint, data, split, batch_size, max_examples).heads
+
+
+def layer_importance(checkpoint: Path, data: Path, split: str, batch_size: int,
+                     max_examples: Optional[int] = None) -> Importance:
+    """Heads' and neurons' importance over the split's examples, as :func:`head_importance`."""
     model, task = load_checkpoint(checkpoint, data)
     importance = importance_of(model, samples(task, split, batch_size), max_examples)
     if importance is None:
@@ -46,30 +60,37 @@ def head_importance(checkpoint: Path, data: Path, split: str, batch_size: int,
     return importance
 
 
-def importance_of(model, batches: Iterable[dict], max_examples: Optional[int] = None) -> Optional[torch.Tensor]:
-    """L x H importance of ``model``'s heads over fairseq's labelled ``batches`` (None
-    if there are none)."""
+def importance_of(model, batches: Iterable[dict], max_examples: Optional[int] = None) -> Optional[Importance]:
+    """The importance of ``model``'s heads and FFN neurons over fairseq's labelled
+    ``batches`` (None if there are none)."""
     every_head = all_heads_twin(model)
     attentions = list(every_head.budgeted_attentions())
     H = attentions[0].num_heads
-    gates: List[torch.Tensor] = []
+    gates = {"heads": [], "neurons": []}
 
-    def gate_heads(module, inputs):  # out_proj's input: T x B x (H*d), the heads side by side
-        (x,) = inputs
-        gate = torch.ones(x.size(1), H, requires_grad=True)
-        gates.append(gate)
-        return (x * gate.to(x).repeat_interleave(x.size(-1) // H, dim=1),)
+    def gated(kind: str, width: int):
+        def gate(module, inputs):  # T x B x C: out_proj's input (the heads side by side) or fc2's (the neurons)
+            (x,) = inputs
+            mask = torch.ones(x.size(1), width, requires_grad=True)
+            gates[kind].append(mask)
+            return (x * mask.to(x).repeat_interleave(x.size(-1) // width, dim=1),)
+        return gate
 
-    hooks = [a.out_proj.register_forward_pre_hook(gate_heads) for a in attentions]
-    total, examples = torch.zeros(len(attentions), H), 0
+    layers = every_head.encoder.sentence_encoder.layers
+    hooks = [a.out_proj.register_forward_pre_hook(gated("heads", H)) for a in attentions]
+    hooks += [layer.fc2.register_forward_pre_hook(gated("neurons", layer.fc2.in_features)) for layer in layers]
+    total = Importance(torch.zeros(len(layers), H), torch.zeros(len(layers), layers[0].fc2.in_features))
+    examples = 0
     try:
         with every_head.forced_heads(H):
             for sample in batches:
-                gates.clear()
+                for found in gates.values():
+                    found.clear()
                 logits, _ = every_head(sample["net_input"]["src_tokens"], classification_head_name=HEAD)
                 loss = F.cross_entropy(logits.float(), sample["target"].view(-1), reduction="sum")
-                grads = torch.autograd.grad(loss, gates)
-                total += torch.stack([g.abs().sum(dim=0) for g in grads])
+                grads = torch.autograd.grad(loss, gates["heads"] + gates["neurons"])
+                total.heads.add_(torch.stack([g.abs().sum(dim=0) for g in grads[:len(layers)]]))
+                total.neurons.add_(torch.stack([g.abs().sum(dim=0) for g in grads[len(layers):]]))
                 examples += logits.size(0)
                 if max_examples and examples >= max_examples:
                     break
@@ -78,7 +99,11 @@ def importance_of(model, batches: Iterable[dict], max_examples: Optional[int] = 
             hook.remove()
     if not examples:
         return None
-    importance = total / examples
+    return Importance(*(normalised(t / examples) for t in total))
+
+
+def normalised(importance: torch.Tensor) -> torch.Tensor:
+    """Each layer's importance divided by its L2 norm (Michel et al.)."""
     return importance / importance.norm(dim=1, keepdim=True).clamp_min(1e-20)
 
 

@@ -1,6 +1,7 @@
 """Importance order: each layer's heads permuted so that head 0 is the most important
 (DynaBERT's "rewiring"), which makes every prefix of the heads the most important ones
-(``--head-selection nested`` runs prefixes).
+(``--head-selection nested`` runs prefixes); and the same for each layer's FFN neurons
+(:func:`reorder_neurons`: fc1's rows and bias, fc2's columns).
 
 A permutation of the heads changes nothing the model computes, provided everything
 per-head moves together: the rows of q_proj/k_proj/v_proj (weights and biases), the
@@ -15,6 +16,7 @@ from typing import Dict, Tuple
 from torch import Tensor
 
 ATTENTION = re.compile(r"^encoder\.sentence_encoder\.layers\.(?P<index>\d+)\.self_attn\.(?P<name>.+)$")
+FFN = "encoder.sentence_encoder.layers.{}.{}"
 ROWS = {f"{p}_proj.{t}" for p in "qkv" for t in ("weight", "bias")}  # head h: rows h*d:(h+1)*d
 COLUMNS = {"out_proj.weight"}  # head h: columns h*d:(h+1)*d
 PER_HEAD = {"relevance_proj.weight", "relevance_proj.bias", "static_logits", "kept"}  # entry h: head h
@@ -59,6 +61,25 @@ def reorder_heads(state: Dict[str, Tensor], importance: Tensor) -> Tuple[Dict[st
                 permuted[key] = tensor.index_select(0, heads.to(tensor.device))
             elif what not in SHARED:
                 raise ValueError(f"{key}: not known to be per-head or shared; refusing to guess")
+    return permuted, order
+
+
+def reorder_neurons(state: Dict[str, Tensor], importance: Tensor) -> Tuple[Dict[str, Tensor], Tensor]:
+    """The state dict with every layer's FFN neurons in decreasing importance (neuron j
+    is fc1's row j and bias j, and fc2's column j; nothing else reads them), and the
+    order (L x F, as :func:`reorder_heads`'). ``state`` is not changed."""
+    order = head_order(importance)
+    permuted = dict(state)
+    for index, neurons in enumerate(order):
+        keys = {name: FFN.format(index, name) for name in ("fc1.weight", "fc1.bias", "fc2.weight")}
+        missing = [key for key in keys.values() if key not in state]
+        if missing or state[keys["fc1.weight"]].size(0) != neurons.numel():
+            raise ValueError(f"layer {index}: importance of {neurons.numel()} neurons, but the state dict has "
+                             + (f"no {missing[0]}" if missing else f"{state[keys['fc1.weight']].size(0)}"))
+        for name, key in keys.items():
+            permuted[key] = state[key].index_select(1 if name == "fc2.weight" else 0, neurons).contiguous()
+    if FFN.format(len(order), "fc1.weight") in state:
+        raise ValueError(f"importance has {len(order)} layers; the state dict has more")
     return permuted, order
 
 

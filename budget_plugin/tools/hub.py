@@ -13,7 +13,7 @@ def add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", required=True, type=Path,
                         help="the binarized data folder (dictionaries, and the tokenizer the data was prepared with)")
     parser.add_argument("--head-ratio",
-                        help="the budget dial: a mean head ratio R (a calibrated checkpoint: scripts/calibrate.py), "
+                        help="the budget dial: a mean head ratio R (a calibrated checkpoint: budget-calibrate), "
                         "or one head count per layer (4,4,3,3,4,4); default: the router's own budgets")
 
 
