@@ -97,7 +97,7 @@ class BudgetConfig(FairseqDataclass):
             "prefix runs on views of the weights. Baselines with a fixed budget "
             "(--fixed-heads): 'static' learns one head subset per layer shared by every "
             "input; 'random' draws each input's heads uniformly; 'kept' runs named heads "
-            "(--kept-heads). 'pruned': an exported nested model (scripts/export_pruned.py) "
+            "(--kept-heads). 'pruned': an exported nested model (budget-export) "
             "whose layers hold only their first --fixed-heads heads, and run them all"
         },
     )
@@ -122,7 +122,7 @@ class BudgetConfig(FairseqDataclass):
         metadata={
             "help": "for --head-selection learned: per-layer head scores the relevance "
             "starts from (e.g. a dense model's head importance: "
-            "scripts/head_importance.py), H comma-separated numbers per layer, layers "
+            "budget-importance), H comma-separated numbers per layer, layers "
             "separated by ';'. Each layer's relevance bias starts at its scores "
             "standardised (zero mean, unit std), so that the first choices are the "
             "best-scored heads and what depends on the input is learned on top"

@@ -184,7 +184,7 @@ def test_the_system_refusing_a_file_is_one_line(tmp_path, capsys):
 def no_labels(data: Path) -> str:
     """The line that refuses to score data's unlabelled test split."""
     return (f"error: split 'test' of {data} has no labels, so it cannot be scored (it can be predicted: "
-            "scripts/predict.py); if its TSV file is labelled, prepare it again with scripts/prepare_glue.py "
+            "budget-predict); if its TSV file is labelled, prepare it again with budget-prepare "
             "--labelled-test")
 
 

@@ -72,7 +72,7 @@ def test_counts_dial_runs_those_heads_with_no_router():
 
 
 def test_a_ratio_needs_the_calibration():
-    with pytest.raises(ValueError, match="needs the budget dial's calibration.*scripts/calibrate.py"):
+    with pytest.raises(ValueError, match="needs the budget dial's calibration.*budget-calibrate"):
         with nested_model().dialled("0.5"):
             pass
 

@@ -6,21 +6,18 @@ budget logits that gives that ratio on the split's examples (a ratio the split c
 reach is reported as a warning), and stores the table in the checkpoint (rewritten
 atomically) with the split's name (what budget-export reads for a ratio), so that
 ``fairseq-validate --head-ratio R``, the hub's ``predict(..., head_ratio=R)`` and
-``scripts/predict.py --head-ratio R`` need no data (budget_plugin/nested/calibration.py;
-scripts/finetune.py runs it on dev).
+``budget-predict --head-ratio R`` need no data (budget_plugin/nested/calibration.py;
+budget-finetune runs it on dev).
 
-    python scripts/calibrate.py checkpoints/nested/checkpoint_best.pt data/minilm/MR-bin
+    budget-calibrate checkpoints/nested/checkpoint_best.pt data/minilm/MR-bin
 """
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
-logging.basicConfig(level=logging.WARNING)  # before fairseq sets up INFO logging
-
-from budget_plugin.nested.calibration import calibrate_checkpoint  # noqa: E402
-from budget_plugin.tools.errors import run_cli  # noqa: E402
+from budget_plugin.nested.calibration import calibrate_checkpoint
+from budget_plugin.tools.errors import run_cli
 
 
 def main(argv=None) -> int:

@@ -44,21 +44,18 @@ The reading and mapping are budget_plugin/data/bert_files.py and bert_conversion
 """
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
 # before fairseq (imported with the plugin) sets up logging at INFO: this script
 # reports in its own lines
-logging.basicConfig(level=logging.WARNING)
+from fairseq.models import ARCH_MODEL_REGISTRY
+from fairseq.models.roberta import RobertaModel
 
-from fairseq.models import ARCH_MODEL_REGISTRY  # noqa: E402
-from fairseq.models.roberta import RobertaModel  # noqa: E402
-
-from budget_plugin.data.bert_conversion import convert_to, fine_tune_flags  # noqa: E402
-from budget_plugin.data.bert_files import open_input, package_input  # noqa: E402
-from budget_plugin.tools.errors import run_cli  # noqa: E402
+from budget_plugin.data.bert_conversion import convert_to, fine_tune_flags
+from budget_plugin.data.bert_files import open_input, package_input
+from budget_plugin.tools.errors import run_cli
 
 
 def parse_args(argv=None):

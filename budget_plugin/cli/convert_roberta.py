@@ -12,18 +12,15 @@ checkpoint to ``--restore-file`` directly: the model upgrades it the same way).
 """
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
 # before fairseq (imported with the plugin) sets up logging at INFO: errors are one line
-logging.basicConfig(level=logging.WARNING)
+import torch
 
-import torch  # noqa: E402
-
-from budget_plugin.tools.checkpoints import as_budgetformer, read  # noqa: E402
-from budget_plugin.tools.errors import run_cli  # noqa: E402
-from budget_plugin.tools.files import atomic_path  # noqa: E402
+from budget_plugin.tools.checkpoints import as_budgetformer, read
+from budget_plugin.tools.errors import run_cli
+from budget_plugin.tools.files import atomic_path
 
 
 def convert(state: dict) -> dict:

@@ -8,19 +8,16 @@ limit of that budget (budget_plugin/nested/export.py). A ratio R exports the cou
 calibrated dial runs at R on the split it was calibrated on (so it needs that data
 folder); the export runs them for every input, with no dial of its own.
 
-    python scripts/export_pruned.py checkpoints/nested/checkpoint_best.pt exported/ --head-ratio 0.3 --data data/MR-bin
-    python scripts/export_pruned.py checkpoints/nested/checkpoint_best.pt exported/ --head-ratio 4,4,3,3,4,4
+    budget-export checkpoints/nested/checkpoint_best.pt exported/ --head-ratio 0.3 --data data/MR-bin
+    budget-export checkpoints/nested/checkpoint_best.pt exported/ --head-ratio 4,4,3,3,4,4
 """
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
-logging.basicConfig(level=logging.WARNING)  # before fairseq sets up INFO logging
-
-from budget_plugin.nested.export import export_pruned  # noqa: E402
-from budget_plugin.tools.errors import run_cli  # noqa: E402
+from budget_plugin.nested.export import export_pruned
+from budget_plugin.tools.errors import run_cli
 
 
 def main(argv=None) -> int:

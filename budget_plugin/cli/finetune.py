@@ -20,22 +20,19 @@ SAVE_DIR/dense/checkpoint_best.pt and SAVE_DIR/nested/checkpoint_best.pt.
 """
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
 import torch
 
-logging.basicConfig(level=logging.WARNING)  # before fairseq sets up INFO logging
-
-from budget_plugin.data.binarize import num_classes  # noqa: E402
-from budget_plugin.nested import finetune  # noqa: E402
-from budget_plugin.nested.recipe import NestedRecipe, finetune_nested  # noqa: E402
-from budget_plugin.tools.checkpoints import load_checkpoint  # noqa: E402
-from budget_plugin.tools.errors import DataError, run_cli  # noqa: E402
-from budget_plugin.tools.evaluation import accuracy_and_ratio, split_batches  # noqa: E402
-from budget_plugin.tools.fairseq_cli import CommandFailed  # noqa: E402
-from budget_plugin.tools.progress import log  # noqa: E402
+from budget_plugin.data.binarize import num_classes
+from budget_plugin.nested import finetune
+from budget_plugin.nested.recipe import NestedRecipe, finetune_nested
+from budget_plugin.tools.checkpoints import load_checkpoint
+from budget_plugin.tools.errors import DataError, run_cli
+from budget_plugin.tools.evaluation import accuracy_and_ratio, split_batches
+from budget_plugin.tools.fairseq_cli import CommandFailed
+from budget_plugin.tools.progress import log
 
 DIAL = ("1", "0.75", "0.5", "0.3", "0.2")
 

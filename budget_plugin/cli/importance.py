@@ -15,15 +15,12 @@ heads) atomically and prints the option that fine-tunes with them:
 """
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
-logging.basicConfig(level=logging.WARNING)  # before fairseq sets up INFO logging
-
-from budget_plugin.nested.importance import head_importance, kept_heads, kept_heads_option  # noqa: E402
-from budget_plugin.tools.errors import DataError, run_cli  # noqa: E402
-from budget_plugin.tools.files import write_json  # noqa: E402
+from budget_plugin.nested.importance import head_importance, kept_heads, kept_heads_option
+from budget_plugin.tools.errors import DataError, run_cli
+from budget_plugin.tools.files import write_json
 
 
 def main(argv=None) -> int:

@@ -1,8 +1,8 @@
 """Predict with a trained BudgetFormer: one example a line (tab-separated pairs), from a
 file or standard input, to TSV: label, probability, and the heads run per layer.
 
-    python scripts/predict.py --checkpoint-dir checkpoints/mr --data data/MR-bin < texts.txt
-    python scripts/predict.py --checkpoint-dir checkpoints/mr --data data/MR-bin --input texts.txt --output preds.tsv
+    budget-predict --checkpoint-dir checkpoints/mr --data data/MR-bin < texts.txt
+    budget-predict --checkpoint-dir checkpoints/mr --data data/MR-bin --input texts.txt --output preds.tsv
 
 Output columns: line, label, probability, heads per layer (e.g. ``3,2,5,4``), and the
 selected heads of every layer (``0.3.5|1.2|...``).

@@ -32,18 +32,15 @@ Other scripts prepare their own data sets in a GLUE layout with the same code::
 """
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
 # before fairseq (imported with the plugin) sets up logging at INFO and greets with
 # noise: this script reports in its own lines
-logging.basicConfig(level=logging.WARNING)
-
-from budget_plugin.data.glue_layout import LAYOUTS  # noqa: E402
-from budget_plugin.data.prepare import add_prepare_arguments, prepare_options, prepare_task  # noqa: E402
-from budget_plugin.tools.errors import DataError, run_cli  # noqa: E402
+from budget_plugin.data.glue_layout import LAYOUTS
+from budget_plugin.data.prepare import add_prepare_arguments, prepare_options, prepare_task
+from budget_plugin.tools.errors import DataError, run_cli
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:

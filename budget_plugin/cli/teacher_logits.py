@@ -14,14 +14,11 @@ the student's training nothing but a lookup. Written atomically
 """
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
-logging.basicConfig(level=logging.WARNING)  # before fairseq sets up INFO logging
-
-from budget_plugin.tools.errors import run_cli  # noqa: E402
-from budget_plugin.tools.teacher import save_logits, teacher_logits  # noqa: E402
+from budget_plugin.tools.errors import run_cli
+from budget_plugin.tools.teacher import save_logits, teacher_logits
 
 
 def main(argv=None) -> int:

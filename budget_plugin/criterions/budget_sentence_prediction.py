@@ -50,7 +50,7 @@ class BudgetSentencePredictionConfig(SentencePredictionCriterionConfig):
         metadata={
             "help": "a teacher's class logits for every training example (a float tensor "
             "N x classes saved with torch.save, row i for the example of id i, as "
-            "scripts/teacher_logits.py writes them): training then distils the teacher"
+            "budget-teacher-logits writes them): training then distils the teacher"
         },
     )
     distill_weight: float = field(

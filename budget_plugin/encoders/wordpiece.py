@@ -1,6 +1,6 @@
 """WordPiece, the tokenizer of BERT-family models, as a fairseq BPE (``--bpe wordpiece
 --wordpiece-vocab PATH``), so that preparation, the hub interface's ``encode()`` and
-scripts/predict.py split raw text exactly as the pretrained model's own tokenizer does.
+budget-predict split raw text exactly as the pretrained model's own tokenizer does.
 
 It uses the Hugging Face ``tokenizers`` library (the reference implementation of BERT's
 normalisation: lower-casing, accent stripping, Chinese characters, punctuation) rather
@@ -31,7 +31,7 @@ class WordPieceConfig(FairseqDataclass):
         metadata={
             "help": "the model's tokenizer.json (its normalisation included), its "
             "vocab.txt (lower-cased unless a tokenizer_config.json beside it says "
-            "do_lower_case false), or a folder holding one (scripts/convert_bert.py's output)"
+            "do_lower_case false), or a folder holding one (budget-convert's output)"
         },
     )
 

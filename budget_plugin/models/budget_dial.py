@@ -107,13 +107,13 @@ class BudgetDial:
         if table.numel() == 0 or not bool((table[:, 0] > 0).all()):  # no calibrated ratio
             raise OptionError(
                 "--head-ratio R needs the budget dial's calibration, which this checkpoint lacks: "
-                "run scripts/calibrate.py CHECKPOINT DATA_DIR (scripts/finetune.py does it), or give "
+                "run budget-calibrate CHECKPOINT DATA_DIR (budget-finetune does it), or give "
                 "fixed per-layer counts (--head-ratio 4,4,3,3,4,4)")
         ratios, shifts = table[:, 0].tolist(), table[:, 1].tolist()
         if not ratios[0] - 1e-9 <= ratio <= ratios[-1] + 1e-9:
             raise OptionError(
                 f"--head-ratio {ratio:g}: this checkpoint's dial is calibrated for [{ratios[0]:.3g}, "
-                f"{ratios[-1]:.3g}] only: calibrate it again (scripts/calibrate.py CHECKPOINT DATA_DIR covers "
+                f"{ratios[-1]:.3g}] only: calibrate it again (budget-calibrate CHECKPOINT DATA_DIR covers "
                 f"[--min-heads / H, 1]), or give fixed per-layer counts (--head-ratio 4,4,3,3,4,4)")
         return float(numpy.interp(ratio, ratios, shifts))
 

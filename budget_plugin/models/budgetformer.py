@@ -215,7 +215,7 @@ class BudgetFormerModel(BudgetDial, RobertaModel):
         parser.add_argument(
             "--layernorm-eps", type=float, metavar="EPS",
             help=f"epsilon of every LayerNorm of the model (default {DEFAULT_LAYERNORM_EPS}, fairseq's; "
-            "1e-12 reproduces BERT-family models, see scripts/convert_bert.py)",
+            "1e-12 reproduces BERT-family models, see budget-convert)",
         )
         gen_parser_from_dataclass(parser, BudgetConfig())
 
@@ -318,7 +318,7 @@ for _name, _size in {
 }.items():
     register_model_architecture("budgetformer", _name)(_sized(*_size))
 
-# sentence-transformers' all-MiniLM-L6-v2 (a BERT) as scripts/convert_bert.py converts it
+# sentence-transformers' all-MiniLM-L6-v2 (a BERT) as budget-convert converts it
 register_model_architecture("budgetformer", "budgetformer_minilm")(
     _sized(6, 384, 1536, 12, layernorm_eps=1e-12, max_positions=512)
 )

@@ -13,7 +13,7 @@ from ..encoders.wordpiece import TOKENIZER_FILES
 
 logger = logging.getLogger(__name__)
 
-SENTENCEPIECE_FILE = "sentencepiece.bpe.model"  # as scripts/prepare_glue.py writes it
+SENTENCEPIECE_FILE = "sentencepiece.bpe.model"  # as budget-prepare writes it
 
 
 def tokenizer_options(folders: List[Path], bpe: Optional[str], options: dict) -> dict:

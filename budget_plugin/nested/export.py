@@ -77,7 +77,7 @@ def export_counts(checkpoint: Path, head_ratio: str, data: Optional[Path] = None
     record = state.get(RECORD)
     if not record:
         raise DataError(f"checkpoint {checkpoint}: no record of the split its dial was calibrated on: calibrate it "
-                        f"again (scripts/calibrate.py {checkpoint} {data}), or give the counts (--head-ratio 4,4,3,3,4,4)")
+                        f"again (budget-calibrate {checkpoint} {data}), or give the counts (--head-ratio 4,4,3,3,4,4)")
     model, task = load_checkpoint(checkpoint, data)
     return dialled_counts(model, split_batches(task, batch_size, record["split"]), head_ratio)
 

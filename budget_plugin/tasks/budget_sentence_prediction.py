@@ -27,9 +27,10 @@ class BudgetSentencePredictionConfig(SentencePredictionConfig):
         default=None,
         metadata={
             "help": "the budget dial, for evaluation (fairseq-validate, the hub): a BudgetFormer "
-            "checkpoint runs its per-input budgets shifted to this mean head ratio R in (0, 1] "
-            "(the shift calibrated on a split and stored in the checkpoint: scripts/calibrate.py; "
-            "1 runs every head with no router), or, given one whole number per layer "
+            "checkpoint runs its per-input budgets shifted to this mean head ratio R in "
+            "[--min-heads / H, 1] (the shift calibrated on a split and stored in the checkpoint: "
+            "budget-calibrate; the ends run that many heads with no router), or, given one whole "
+            "number per layer "
             "('4,4,3,3,4,4'), that many heads in each layer with no router (the static twin). "
             "A task option, so that fairseq-validate parses it; it is handed to the model"
         },
@@ -57,7 +58,7 @@ class BudgetSentencePredictionTask(SentencePredictionTask):
         missing = [name for name in needed if not os.path.isfile(os.path.join(cfg.data, name))]
         if missing:
             raise DataSplitError(f"{cfg.data}: not a binarized data folder (no {' or '.join(missing)}); give the "
-                                 "<TASK>-bin folder that scripts/prepare_glue.py wrote")
+                                 "<TASK>-bin folder that budget-prepare wrote")
         return super().setup_task(cfg, **kwargs)
 
     def _exists(self, key: str, split: str) -> bool:
@@ -81,8 +82,8 @@ class BudgetSentencePredictionTask(SentencePredictionTask):
             unlabelled = [s for s in self.datasets if not self._exists("label", s)]
             raise DataSplitError(
                 f"split {', '.join(map(repr, unlabelled)) or '?'} of {self.cfg.data} has no labels, so it cannot be "
-                "scored (it can be predicted: scripts/predict.py); if its TSV file is labelled, prepare it again "
-                "with scripts/prepare_glue.py --labelled-test"
+                "scored (it can be predicted: budget-predict); if its TSV file is labelled, prepare it again "
+                "with budget-prepare --labelled-test"
             )
         return super().valid_step(sample, model, criterion)
 

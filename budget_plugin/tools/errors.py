@@ -1,5 +1,6 @@
-"""The scripts' errors, each reported as one line without a traceback."""
+"""The commands' errors, each reported as one line without a traceback."""
 
+import logging
 import sys
 from typing import Callable, Tuple
 
@@ -19,7 +20,8 @@ class DownloadError(Exception):
 def run_cli(body: Callable[[], None], failures: Tuple[type, ...] = (PreprocessError,)) -> int:
     """Run a script's body; a DataError exits 2, one of ``failures`` or an OSError (a file
     the system refuses to read or write: its message names it) 1, Ctrl-C 130, each with
-    a one-line message."""
+    a one-line message. Warnings (fairseq's, torch's) go to stderr; INFO lines do not."""
+    logging.basicConfig(level=logging.WARNING)
     try:
         body()
     except DataError as e:
