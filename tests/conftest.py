@@ -2,10 +2,13 @@
 real fairseq-preprocess, and the fairseq command-line tools run as users run them."""
 
 import argparse
+import functools
 import os
 import random
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,7 +28,8 @@ from fairseq.models import ARCH_CONFIG_REGISTRY
 
 import budget_plugin  # noqa: F401  (registers the plugin)
 from budget_plugin.models.budgetformer import BudgetFormerModel
-from budget_plugin.tools.fairseq_cli import console_script, parse_metrics  # noqa: F401  (the tests' one parser too)
+from budget_plugin.tools import fairseq_cli
+from budget_plugin.tools.fairseq_cli import parse_metrics  # noqa: F401  (the tests' one parser too)
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN_DIR = str(REPO / "budget_plugin")
@@ -44,6 +48,143 @@ LONGEST_FIRST = ["test_cli.py", "test_reproduce.py", "test_latency_study.py", "t
 def pytest_collection_modifyitems(items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's own order kept
+
+
+# ------------------------------------------------------------ fairseq's tools, started fast
+# A fairseq tool spends ~3 s of CPU importing torch and fairseq before it reads its first
+# argument, and the suite runs over a hundred of them. Each test process therefore keeps
+# one server that has imported torch and fairseq (nothing of the plugin: --user-dir
+# imports it in every run, as in a fresh process) and forks it for every fairseq-train,
+# fairseq-validate and fairseq-preprocess that the tests and the scripts they call in
+# process start: fairseq's own cli_main, with the command's argv, environment, working
+# directory and standard streams (passed over a Unix socket), its exit status returned
+# to a small client process that stands where the console script stood. Commands run as
+# separate programs (torchrun, scripts/*.py, the examples) start fresh as before; so does
+# every command where BUDGET_TESTS_FRESH_PROCESSES=1.
+
+_ZYGOTE_ENV = "BUDGET_TESTS_ZYGOTE"
+_ZYGOTE_TOOLS = {"fairseq-train": "fairseq_cli.train", "fairseq-validate": "fairseq_cli.validate",
+                 "fairseq-preprocess": "fairseq_cli.preprocess"}
+
+# the client: hands its streams, argv, environment and directory to the server and exits
+# with the command's status; without a server it runs the console script itself
+_CLIENT = r"""
+import json, os, socket, sys
+module, argv = sys.argv[1], sys.argv[2:]
+path = os.environ.get("BUDGET_TESTS_ZYGOTE")
+conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+try:
+    conn.connect(path)
+except (OSError, TypeError):
+    os.execv(argv[0], argv)
+request = json.dumps({"module": module, "argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
+socket.send_fds(conn, [request], [0, 1, 2])
+status = conn.recv(16)
+sys.exit(int(status) if status else "the forked fairseq command ended without a status (killed?)")
+"""
+
+# the server: imports torch and fairseq once, then forks a child per request; it ends
+# when the test process that started it closes its standard input
+_SERVER = r"""
+import json, os, select, signal, socket, sys, threading, traceback
+path = sys.argv[1]
+import torch, fairseq_cli.train, fairseq_cli.validate, fairseq_cli.preprocess  # noqa: E401
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+server.bind(path + ".tmp")
+server.listen(64)
+os.rename(path + ".tmp", path)  # the socket appears when the server is ready
+
+
+def child(conn, request, fds):
+    for target, fd in zip((0, 1, 2), fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    torch.set_num_threads(int(threads) if threads.isdigit() and int(threads) > 0 else os.cpu_count() or 1)
+    import random
+    import numpy
+    random.seed()
+    numpy.random.seed()
+    sys.argv = request["argv"]
+    # the client killed (a timeout): the command goes down with it
+    threading.Thread(target=lambda: (conn.recv(1), os.kill(os.getpid(), signal.SIGKILL)), daemon=True).start()
+    code = 0
+    try:
+        __import__(request["module"], fromlist=["cli_main"]).cli_main()
+    except SystemExit as exit_:
+        if exit_.code is None or isinstance(exit_.code, int):
+            code = exit_.code or 0
+        else:
+            print(exit_.code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    conn.send(str(code).encode())
+    os._exit(code)
+
+
+while True:
+    ready, _, _ = select.select([server, sys.stdin], [], [])
+    if sys.stdin in ready:  # the test process is gone
+        os._exit(0)
+    conn, _ = server.accept()
+    message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+    if os.fork() == 0:
+        server.close()
+        child(conn, json.loads(message), fds)
+    conn.close()
+    for fd in fds:
+        os.close(fd)
+"""
+
+
+def _zygote_console_script(fresh, name):
+    program = fresh(name)
+    if name not in _ZYGOTE_TOOLS or len(program) != 1:
+        return program
+    return [sys.executable, "-c", _CLIENT, _ZYGOTE_TOOLS[name], *program]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fairseq_tools_forked():
+    """fairseq_cli.console_script (which conftest.run and the plugin's run() use) made
+    the client of this test process's server (above)."""
+    if os.environ.get("BUDGET_TESTS_FRESH_PROCESSES") == "1":
+        yield
+        return
+    folder = tempfile.mkdtemp(prefix="bz-")  # short: a socket's path has at most 107 bytes
+    path = os.path.join(folder, "tools")
+    server = subprocess.Popen([sys.executable, "-c", _SERVER, path], stdin=subprocess.PIPE,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env=dict(os.environ, PYTHONHASHSEED="0", PYTHONUNBUFFERED="1"))
+    fresh = fairseq_cli.console_script
+    forked = functools.partial(_zygote_console_script, fresh)
+    forked.fresh = fresh  # what a fresh process runs (test_tools checks it)
+    os.environ[_ZYGOTE_ENV] = path
+    fairseq_cli.console_script = forked
+    try:
+        yield
+    finally:
+        fairseq_cli.console_script = fresh
+        os.environ.pop(_ZYGOTE_ENV, None)
+        server.stdin.close()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def console_script(name):
+    """The command line of fairseq's ``name`` as the tests run it (see above)."""
+    return fairseq_cli.console_script(name)
 
 
 @pytest.fixture(autouse=True)
