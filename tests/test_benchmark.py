@@ -197,17 +197,91 @@ def test_quick_benchmark_writes_its_schema(tmp_path):
     # --profile: every implementation's attention blocks profiled, operators by self CPU time
     for cell in cells:
         assert "Self CPU" in cell["attn_profile"] and "aten::" in cell["attn_profile"], cell["attn_profile"]
-    table, _, profiles = out_md.read_text().partition("\nProfile of the attention blocks")
-    assert profiles.count("```") == 2 * len(cells) and "fairseq MHA" in profiles
-    inference, _, train_table = table.partition("\nTraining step")
-    assert inference.startswith("| size | batch | len | impl") and inference.count("\n") == len(cells) + 2
-    train_table, _, fairseq_table = train_table.partition("\nfairseq-train, side by side")
-    assert train_table.count("\n| ") == len(training) + 1
     # fairseq-train of both models on the size's synthetic data (not the checkpoint's)
     runs = report["fairseq_train"]
     assert [(r["size"], r["impl"], r["updates"], r["precision"]) for r in runs] == [
         ("small", "fairseq_mha", 20, "fp32"), ("small", "budgetformer", 20, "fp32")]
     assert all(r["ups"] > 0 for r in runs) and runs[0]["ups_vs_stock"] == 1.0
-    assert fairseq_table.count("\n| ") == len(runs) + 1
+    assert runs[1]["ups_vs_stock"] == pytest.approx(runs[1]["ups"] / runs[0]["ups"])
+    markdown_matches_the_json(out_md.read_text(), cells, training, runs)
     assert "fairseq MHA" in proc.stdout
     assert sorted(p.name for p in out_json.parent.iterdir()) == ["bench.json", "bench.md"]  # no temporary files
+
+
+def table_rows(text: str, header: str):
+    """The rows of the markdown table that starts with ``header``, as lists of cells."""
+    lines = text[text.index(header):].splitlines()[2:]  # after the header and the |---| line
+    rows = []
+    for line in lines:
+        if not line.startswith("| "):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def number(text):
+    return None if text == "-" else float(text)
+
+
+def markdown_matches_the_json(markdown, cells, training, runs):
+    """Every number of the report's tables is the JSON's, at the table's precision, and
+    the speed-ups and efficiencies are the ratios of the recorded FLOPs and times to those
+    of fairseq's MHA in the same cell; every profile is its own cell's."""
+    def close(shown, value, digits):
+        if value is None:
+            return shown is None
+        return shown is not None and abs(shown - value) <= 0.51 * 10**-digits + 1e-12
+
+    rows = table_rows(markdown, "| size | batch | len | impl |")
+    assert len(rows) == len(cells)
+    stock = {(c["size"], c["batch"], c["seq_len"]): c for c in cells if c["impl"] == "fairseq_mha"}
+    for row, c in zip(rows, cells):
+        s = stock[(c["size"], c["batch"], c["seq_len"])]
+        ideal, attn_ideal = s["total_flops"] / c["total_flops"], s["attn_flops"] / c["attn_flops"]
+        measured, attn_measured = s["forward_ms"] / c["forward_ms"], s["attn_ms"] / c["attn_ms"]
+        saving, attn_saving = 1 - c["total_flops"] / s["total_flops"], 1 - c["attn_flops"] / s["attn_flops"]
+        cpu_saving = 1 - c["forward_cpu_ms"] / s["forward_cpu_ms"]
+        assert (c["ideal_speedup"], c["attn_ideal_speedup"]) == pytest.approx((ideal, attn_ideal))
+        assert (c["measured_speedup"], c["attn_measured_speedup"]) == pytest.approx((measured, attn_measured))
+        efficiency = None if saving < 0.01 else (1 - c["forward_ms"] / s["forward_ms"]) / saving
+        attn_efficiency = None if attn_saving < 0.01 else (1 - c["attn_ms"] / s["attn_ms"]) / attn_saving
+        cpu_efficiency = None if saving < 0.01 else cpu_saving / saving
+        for got, want in ((c["efficiency"], efficiency), (c["attn_efficiency"], attn_efficiency)):
+            assert (got is None and want is None) or got == pytest.approx(want), (got, want)
+        assert row[:3] == [c["size"], str(c["batch"]), str(c["seq_len"])]
+        shown = [number(x) for x in row[4:]]
+        expected = [(c["heads_run"], 2), (c["attn_ms"], 2), (c["forward_ms"], 2), (c["attn_flops"] / 1e9, 3),
+                    (c["total_flops"] / 1e9, 3), (c["peak_mem_bytes"] / 2**20, 1),
+                    (c["attn_peak_mem_bytes"] / 2**20, 1), (ideal, 2), (measured, 2), (efficiency, 2),
+                    (attn_ideal, 2), (attn_measured, 2), (attn_efficiency, 2), (c["attn_cpu_ms"], 2),
+                    (c["forward_cpu_ms"], 2), (c["attn_cpu_ms"] / s["attn_cpu_ms"], 2), (cpu_efficiency, 2),
+                    (c["throughput_tokens_per_s"], 0)]
+        assert len(shown) == len(expected), row
+        for column, (got, (value, digits)) in enumerate(zip(shown, expected)):
+            assert close(got, value, digits), (row, column, got, value)
+    # training: the step time against fairseq MHA's of the same cell
+    rows = table_rows(markdown, "| size | batch | len | impl | train step ms |")
+    assert len(rows) == len(training)
+    stock_step = {(r["size"], r["batch"], r["seq_len"]): r["train_step_ms"] for r in training
+                  if r["impl"] == "fairseq_mha"}
+    for row, r in zip(rows, training):
+        ratio = r["train_step_ms"] / stock_step[(r["size"], r["batch"], r["seq_len"])]
+        assert r["train_vs_stock"] == pytest.approx(ratio)
+        assert row[:3] == [r["size"], str(r["batch"]), str(r["seq_len"])]
+        assert ("fairseq MHA" in row[3]) == (r["impl"] == "fairseq_mha")
+        assert close(float(row[4]), r["train_step_ms"], 1) and close(float(row[5]), r["train_tokens_per_s"], 0)
+        assert close(float(row[6]), ratio, 2)
+    rows = table_rows(markdown, "| size | batch | len | precision | impl | updates/s |")
+    assert len(rows) == len(runs)
+    for row, r in zip(rows, runs):
+        assert row[:5] == [r["size"], str(r["batch"]), str(r["seq_len"]), r["precision"],
+                           "fairseq MHA" if r["impl"] == "fairseq_mha" else "BudgetFormer"]
+        assert close(float(row[5]), r["ups"], 2) and close(float(row[6]), r["ups"] / runs[0]["ups"], 2)
+    # the profiles: one per cell, in the cells' order, each under its cell's heading
+    sections = markdown.split("\nProfile of the attention blocks, ")[1:]
+    assert len(sections) == len(cells)
+    for section, c in zip(sections, cells):
+        heading, _, body = section.partition(":\n\n```\n")
+        assert heading.startswith(f"{c['size']} batch {c['batch']} len {c['seq_len']}, ")
+        assert ("fairseq MHA" in heading) == (c["impl"] == "fairseq_mha")
+        assert body.partition("\n```")[0] == c["attn_profile"].rstrip()

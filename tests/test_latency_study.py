@@ -199,8 +199,82 @@ def test_the_latency_study_end_to_end_on_a_toy_task(tmp_path):
     report = json.loads((tmp_path / "results" / "latency.json").read_text())
     held = {t["dataset"]: t["held"] for t in report["targets"]}
     assert held["all"] is None  # it needs three data sets; one data set's are judged on the seeds asked for
-    assert all(t["held"] in (True, False) for t in report["targets"] if t["dataset"] == "TOY")
-    assert "TOY" in report["paragraph"] and (tmp_path / "results" / "latency_TOY.png").is_file()
+    report_recomputed(report, (tmp_path / "results" / "latency.md").read_text(), group, nested, records)
+    assert (tmp_path / "results" / "latency_TOY.png").is_file()
     before = {p.name: p.stat().st_mtime_ns for p in records.iterdir()}
     script.main(list(map(str, argv)))
     assert {p.name: p.stat().st_mtime_ns for p in records.iterdir()} == before
+
+
+def report_recomputed(report, markdown, group, nested, records):
+    """The latency report's numbers recomputed from what the study recorded: every
+    system's accuracies (from the records and the nested model's dial), its head, FLOPs
+    and latency ratios (from the side-by-side timing, against dense's), each target held
+    or missed as those numbers say, and the table and the paragraph showing them."""
+    import json
+    import re
+
+    from budget_research.study.latency_report import label
+
+    systems, dense = group["systems"], group["systems"]["dense"]
+    summary = report["summary"]["TOY"]
+    assert set(summary) == set(systems)
+    test, b1 = {}, {}
+    for name, measured in systems.items():
+        if " @ " in name:
+            kind, ratio = name.split(" @ ")
+            fixed = nested["dial_fixed"].get(ratio)
+            scored = nested["dial_per_input"][ratio] if kind == "nested" else fixed
+            dev_accuracy = scored["valid"]["accuracy"]
+            test_accuracy = measured["test_accuracy"] if kind == "exported" else scored["test"]["accuracy"]
+        else:
+            record = json.loads((records / f"{name}-seed1.json").read_text())
+            dev_accuracy, test_accuracy = record["dev_accuracy"], record["test_accuracy"]
+        values = summary[name]
+        assert values["seeds"] == [1], name
+        assert (values["dev_accuracy"], values["test_accuracy"]) == (
+            {"mean": dev_accuracy, "std": 0.0}, {"mean": test_accuracy, "std": 0.0}), name
+        expected = {"head_ratio": sum(measured["heads_per_layer"]) / 60,  # 6 layers of 10 heads
+                    "flops_ratio": measured["model_flops"] / dense["model_flops"],
+                    "latency_b1_ratio": measured["latency_b1_ms"] / dense["latency_b1_ms"],
+                    "latency_b32_ratio": measured["latency_b32_ms"] / dense["latency_b32_ms"]}
+        for key, value in expected.items():
+            assert values[key]["mean"] == pytest.approx(value), (name, key)
+        test[name], b1[name] = test_accuracy, expected["latency_b1_ratio"]
+        # the table's row: the same numbers at its precision
+        row = re.search(rf"^\| {re.escape(label(name))} \| 1 \| (.*) \|$", markdown, re.M)
+        assert row, name
+        cells = [float(part.split(" ± ")[0]) for part in row.group(1).split(" | ")]
+        shown = [dev_accuracy, test_accuracy, *expected.values()]
+        assert cells[:2] == pytest.approx(shown[:2], abs=0.0051) and cells[2:] == pytest.approx(shown[2:], abs=0.00051)
+    # the targets, judged here from those numbers (one seed: a std of 0)
+    reach = [n for n in systems if n.split(" @ ")[0] in ("nested", "exported") and b1[n] <= b1["layers4"]]
+    judged = {
+        "nested @ 0.3 >= importance pruning 0.3 - one seed std (0.00)": test["nested @ 0.3"] >= test["importance-0.3"],
+        "nested @ 0.5 within 0.3 of dense": test["dense"] - test["nested @ 0.5"] <= 0.3,
+        **{f"per-input >= fixed counts @ {r}": test[f"nested @ {r}"] >= test[f"fixed @ {r}"] for r in ("0.75", "0.5", "0.3")},
+        "nested beats 4 layers at 4 layers' b1 latency": any(test[n] > test["layers4"] for n in reach),
+    }
+    found = {t["target"]: t for t in report["targets"] if t["dataset"] == "TOY"}
+    assert {name: t["held"] for name, t in found.items()} == judged
+    gap = test["nested @ 0.3"] - test["importance-0.3"]
+    assert found["nested @ 0.3 >= importance pruning 0.3 - one seed std (0.00)"]["detail"] == (
+        f"{gap:+.2f} points ({test['nested @ 0.3']:.2f} vs {test['importance-0.3']:.2f})")
+    # the paragraph: the most accurate system at the nested model's latency at 0.3, and
+    # the per-input budgets against the fixed counts, by ratio
+    at = b1["nested @ 0.3"]
+    best = max(test[n] for n in systems if b1[n] <= at)
+    found = re.search(r"the nested model at 0\.3 \(([\d.]+) of dense\) the most accurate system is (.+?) "
+                      r"\(([\d.]+) test; dense ([\d.]+) at 1\.000\)", report["paragraph"])
+    assert found, report["paragraph"]
+    assert float(found.group(1)) == pytest.approx(at, abs=0.00051)
+    winners = [n for n in systems if label(n) == found.group(2)]
+    assert len(winners) == 1 and test[winners[0]] == best and b1[winners[0]] <= at
+    assert (float(found.group(3)), float(found.group(4))) == pytest.approx((best, test["dense"]), abs=0.0051)
+    diffs = ", ".join(f"{r}: {test[f'nested @ {r}'] - test[f'fixed @ {r}']:+.2f}" for r in ("0.75", "0.5", "0.3", "0.2"))
+    assert f"fixed counts, test points by ratio: {diffs};" in report["paragraph"]
+    # the nested recipe's dense step against the dense record, at fairseq-validate's rounding
+    dense_record = json.loads((records / "dense-seed1.json").read_text())
+    same = (round(nested["dense_step"]["valid"], 1), round(nested["dense_step"]["test"], 1)) == (
+        dense_record["dev_accuracy"], dense_record["test_accuracy"])
+    assert f"equal the record's in {int(same)} of 1 data sets and seeds" in markdown
