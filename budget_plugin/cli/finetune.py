@@ -30,11 +30,12 @@ from budget_plugin.nested import finetune
 from budget_plugin.nested.recipe import NestedRecipe, finetune_nested
 from budget_plugin.tools.checkpoints import load_checkpoint
 from budget_plugin.tools.errors import DataError, run_cli
-from budget_plugin.tools.evaluation import accuracy_and_ratio, split_batches
+from budget_plugin.tools.evaluation import accuracy_and_ratio, scored, split_batches
 from budget_plugin.tools.fairseq_cli import CommandFailed
 from budget_plugin.tools.progress import log
 
 DIAL = ("1", "0.75", "0.5", "0.3", "0.2")
+WIDTHS = ("0.75", "0.5", "0.4", "0.3", "0.25")
 
 
 def main(argv=None) -> int:
@@ -54,6 +55,9 @@ def main(argv=None) -> int:
                         help="the smallest width, heads per layer (default: %(default)s)")
     parser.add_argument("--sandwich-widths", type=int, default=nested.sandwich_widths,
                         help="fixed widths trained per update (default: %(default)s)")
+    parser.add_argument("--min-ffn-ratio", type=float, default=nested.min_ffn_ratio,
+                        help="the smallest FFN width trained, a fraction of each layer's neurons; 0: the heads "
+                        "alone are nested (default: %(default)s)")
     parser.add_argument("--threads", type=int, help="fairseq-train's CPU threads (default: torch's)")
     parser.add_argument("--cpu", action="store_true", help="train on the CPU even where there is a GPU "
                         "(default: the GPU when there is one)")
@@ -76,7 +80,7 @@ def main(argv=None) -> int:
         recipe = finetune.Recipe(lr=args.lr, epochs=args.epochs, seed=args.seed, max_updates=args.max_updates,
                                  validate_interval_updates=args.validate_interval_updates, save_optimizer=False)
         budgets = NestedRecipe(lr=args.lr, max_updates=args.max_updates, min_heads=args.min_heads,
-                               sandwich_widths=args.sandwich_widths)
+                               sandwich_widths=args.sandwich_widths, min_ffn_ratio=args.min_ffn_ratio)
         log(f"training on the {'CPU' if cpu else 'GPU'}" + (" in half precision" if args.fp16 else ""))
         best = finetune_nested(args.model_dir, args.data_dir, args.save_dir, recipe, budgets, log, args.threads,
                                redo=args.redo, cpu=cpu, fp16=args.fp16)
@@ -89,9 +93,13 @@ def main(argv=None) -> int:
             with nested.dialled(ratio):
                 accuracy, found = accuracy_and_ratio(nested, dev)
             log(f"dev accuracy: nested --head-ratio {ratio}: {accuracy:.2f} (head ratio {found:.3f})")
-        log("the same with fairseq-validate: fairseq-validate DATA --user-dir budget_plugin --task "
+        for width in [w for w in WIDTHS if float(w) >= args.min_ffn_ratio > 0]:  # none below the smallest trained
+            found = scored(nested, dev, dial=nested.width_dial(width))
+            log(f"dev accuracy: nested --width {width}: {found.accuracy:.2f} (FLOPs {found.model_flops_ratio:.3f} of "
+                "the full width's)")
+        log("the same with fairseq-validate: fairseq-validate DATA --user-dir \"$(budget-user-dir)\" --task "
             "budget_sentence_prediction --criterion budget_sentence_prediction --path "
-            f"{best['nested']} --head-ratio R")
+            f"{best['nested']} --head-ratio R (or --width R)")
 
     return run_cli(body, failures=(CommandFailed,))
 

@@ -17,6 +17,7 @@ from fairseq.logging import metrics
 from torch import Tensor
 
 from ..config import OptionError, require
+from ..models.budget_dial import Dial
 from .teacher_logits import load_teacher_logits
 
 
@@ -76,6 +77,15 @@ class BudgetSentencePredictionConfig(SentencePredictionCriterionConfig):
             "width). Each width costs about one more forward and backward. 0: off"
         },
     )
+    min_ffn_ratio: float = field(
+        default=0.0,
+        metadata={
+            "help": "with --sandwich-widths, nest the FFN too (for a model whose FFN neurons are in "
+            "importance order: budget-finetune orders them): the smallest width also runs this "
+            "fraction of every layer's FFN neurons (its first ones), and the random widths draw "
+            "each layer's neurons uniformly from [that, all]. 0: every width runs every neuron"
+        },
+    )
 
 
 class _Recorder:
@@ -117,6 +127,10 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
         self.exploration_weight = cfg.exploration_weight
         require(cfg.sandwich_widths >= 0, "sandwich-widths", ">= 0", cfg.sandwich_widths)
         self.sandwich_widths = cfg.sandwich_widths
+        require(0 <= cfg.min_ffn_ratio <= 1, "min-ffn-ratio", "in [0, 1]", cfg.min_ffn_ratio)
+        require(not cfg.min_ffn_ratio or cfg.sandwich_widths > 1, "min-ffn-ratio",
+                "0 unless --sandwich-widths is 2 or more (the FFN's widths are the sandwich's)", cfg.min_ffn_ratio)
+        self.min_ffn_ratio = cfg.min_ffn_ratio
         self.teacher = self.distill_weight = self.distill_temperature = None
         if cfg.distill_logits:
             require(not self.regression_target, "distill-logits", "unset with --regression-target", cfg.distill_logits)
@@ -178,12 +192,14 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
             logging_output["distill_loss"] = distill_loss.data
         return loss, sample_size, logging_output
 
-    def width_logits(self, model, sample, heads: Optional[List[int]]) -> Tensor:
-        """The classifier's logits with ``heads`` heads in each layer (None: every head)."""
+    def width_logits(self, model, sample, heads: Optional[List[int]], neurons: Optional[List[int]] = None) -> Tensor:
+        """The classifier's logits with ``heads`` heads in each layer (None: every head)
+        and its first ``neurons`` FFN neurons (None: every neuron)."""
         counts = heads or [model.args.encoder_attention_heads] * model.args.encoder_layers
+        dial = Dial(neurons=None if neurons is None else tuple(neurons))
         with model.forced_heads(counts):
             logits, _ = model(**sample["net_input"], features_only=True,
-                              classification_head_name=self.classification_head_name)
+                              classification_head_name=self.classification_head_name, dial=dial)
         return logits
 
     def task_loss(self, logits: Tensor, sample) -> Tensor:
@@ -200,11 +216,20 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
         each mixed with ``teacher``'s. Random widths come from torch's generator, which
         fairseq seeds per update."""
         H, L, m = model.args.encoder_attention_heads, model.args.encoder_layers, model.budget.min_heads
-        smallest = [[m] * L] if self.sandwich_widths > 1 else []
-        widths = smallest + [torch.randint(m, H + 1, (L,)).tolist() for _ in range(self.sandwich_widths - 2)]
+        every = model.args.encoder_ffn_embed_dim
+        fewest = max(1, round(self.min_ffn_ratio * every))
+
+        def neurons(draw: bool) -> Optional[List[int]]:  # None: the FFN is not nested
+            if not self.min_ffn_ratio:  # and no neuron is drawn: the generator's stream stays as it was
+                return None
+            return torch.randint(fewest, every + 1, (L,)).tolist() if draw else [fewest] * L
+
+        smallest = [([m] * L, neurons(draw=False))] if self.sandwich_widths > 1 else []
+        widths = smallest + [(torch.randint(m, H + 1, (L,)).tolist(), neurons(draw=True))
+                             for _ in range(self.sandwich_widths - 2)]
         total = self.fitted(self.task_loss(full, sample), full, full_teacher)
-        for heads in widths:
-            logits = self.width_logits(model, sample, heads)
+        for heads, cut in widths:
+            logits = self.width_logits(model, sample, heads, cut)
             total = total + self.fitted(self.task_loss(logits, sample), logits, teacher)
         return total
 
@@ -270,6 +295,9 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
         logs["head_slots"] = sum(layer["selected"].numel() for layer in layers)
         logs["attn_flops"] = sum((layer["attn_flops"] for layer in layers), zero)
         logs["attn_flops_full"] = sum((layer["attn_flops_full"] for layer in layers), zero)
+        logs["neurons"] = sum((layer["neurons"] * nsentences for layer in layers), zero)
+        logs["model_flops"] = logs["attn_flops"] + sum((layer["ffn_flops"] for layer in layers), zero)
+        logs["model_flops_full"] = logs["attn_flops_full"] + sum((layer["ffn_flops_full"] for layer in layers), zero)
         return logs
 
     @staticmethod
@@ -297,6 +325,11 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
         metrics.log_scalar("budget", total("budget") / layer_sentences, layer_sentences, round=2)
         flops_full = total("attn_flops_full")
         metrics.log_scalar("flops_ratio", total("attn_flops") / flops_full, flops_full, round=3)
+        # the encoder layers' FLOPs (attention and FFN; not the embeddings' or the classifier's)
+        model_full = total("model_flops_full")
+        if model_full:
+            metrics.log_scalar("model_flops_ratio", total("model_flops") / model_full, model_full, round=3)
+            metrics.log_scalar("neurons", total("neurons") / layer_sentences, layer_sentences, round=1)
         for key in ("budget_term", "exploration_term", "relevance_entropy", "explore_rate", "temperature"):
             metrics.log_scalar(key, total(key) / nsentences, nsentences, round=4)
         if any("width_loss" in log for log in logging_outputs):

@@ -55,16 +55,19 @@ class HeadRatio(NamedTuple):
 
 class Dial(NamedTuple):
     """A setting as the model runs it: every budget logit shifted by ``shift``, or
-    ``counts`` (one per layer) with no router."""
+    ``counts`` (one per layer) with no router; and each layer's FFN cut to its first
+    ``neurons`` (one per layer; None: every neuron)."""
 
     shift: float = 0.0
     counts: Optional[Tuple[int, ...]] = None
+    neurons: Optional[Tuple[int, ...]] = None
 
     def layer(self, index: int) -> LayerDial:
-        """Layer ``index``'s part (its router's argument)."""
+        """Layer ``index``'s part (its argument)."""
+        neurons = None if self.neurons is None else self.neurons[index]
         if self.counts is not None:
-            return LayerDial(heads=self.counts[index])
-        return LayerDial(shift=self.shift) if self.shift else NO_DIAL
+            return LayerDial(heads=self.counts[index], neurons=neurons)
+        return LayerDial(shift=self.shift, neurons=neurons) if self.shift or neurons is not None else NO_DIAL
 
 
 def parse_head_ratio(value, num_layers: int, num_heads: int, min_heads: int = 1) -> Optional[HeadRatio]:
@@ -140,10 +143,27 @@ class BudgetDial:
             return Dial(counts=tuple(head_ratio.counts))
         return Dial(shift=self.dial_shift(head_ratio.ratio))
 
+    def width_dial(self, width) -> Dial:
+        """The :class:`Dial` of a --width value (models/width.py): counts of heads and
+        FFN neurons per layer, no router. A fixed-width model (an export) has no dial."""
+        from .width import Width, parse_width
+
+        if self.budget.head_selection == "pruned":
+            raise OptionError(f"--width {width.option() if isinstance(width, Width) else width}: this is a "
+                              "fixed-width model (an export) and has no dial: dial the nested checkpoint it was "
+                              "exported from, or export another width")
+        if not isinstance(width, Width):
+            args = self.args
+            width = parse_width(width, args.encoder_layers, args.encoder_attention_heads,
+                                args.encoder_ffn_embed_dim, self.budget.min_heads)
+        return width.dial()
+
     def set_head_ratio(self, head_ratio: Optional[HeadRatio]):
-        """The model's own dial setting at evaluation (None: the router's own budgets),
-        which its forward runs when the call names none."""
-        self.dial_setting = self.dial_of(head_ratio)
+        """The model's own dial setting at evaluation, which its forward runs when the
+        call names none: its --width if it has one, else ``head_ratio`` (None: the
+        router's own budgets)."""
+        width = getattr(self, "width", None)
+        self.dial_setting = self.width_dial(width) if width is not None else self.dial_of(head_ratio)
 
     @contextlib.contextmanager
     def dialled(self, head_ratio) -> Iterator[None]:

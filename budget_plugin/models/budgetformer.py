@@ -3,7 +3,7 @@
 import contextlib
 import logging
 from pathlib import Path
-from typing import Iterator, Optional, Sequence, Union
+from typing import Iterator, List, Optional, Sequence, Union
 
 import torch
 from fairseq.dataclass.utils import gen_parser_from_dataclass
@@ -28,6 +28,22 @@ if fairseq_layer_norm.has_fused_layernorm:  # ... or, on CUDA, apex's fused one
     LAYER_NORMS += (fairseq_layer_norm.FusedLayerNorm,)
 
 
+def ffn_neurons_per_layer(args) -> List[Optional[int]]:
+    """--ffn-neurons: each layer's FFN neurons (an export's), or None per layer (all of
+    --encoder-ffn-embed-dim)."""
+    value, layers = safe_getattr(args, "ffn_neurons", None), args.encoder_layers
+    if value is None:
+        return [None] * layers
+    try:
+        neurons = [int(v) for v in str(value).split(",")]
+    except ValueError:
+        neurons = []
+    require(len(neurons) == layers and all(1 <= n <= args.encoder_ffn_embed_dim for n in neurons), "ffn_neurons",
+            f"{layers} comma-separated whole numbers in [1, --encoder-ffn-embed-dim = {args.encoder_ffn_embed_dim}]",
+            value)
+    return neurons
+
+
 class BudgetTransformerEncoder(TransformerEncoder):
     """fairseq's TransformerEncoder whose layers are budgeted and whose forward also
     returns every layer's budget statistics (``encoder_out["budget"]``)."""
@@ -36,8 +52,9 @@ class BudgetTransformerEncoder(TransformerEncoder):
         # read by build_encoder_layer, which super().__init__ calls once per layer
         self.budget = budget
         self.layer_heads = enumerate(budget.heads_per_layer(args.encoder_layers, args.encoder_attention_heads))
+        self.layer_neurons = iter(ffn_neurons_per_layer(args))
         super().__init__(args, dictionary, embed_tokens)
-        del self.layer_heads
+        del self.layer_heads, self.layer_neurons
         if budget.head_selection == "kept":
             kept = budget.kept_heads_per_layer(args.encoder_layers, args.encoder_attention_heads)
             # indexed: iterating a LayerDropModuleList in training skips layers at random
@@ -49,7 +66,8 @@ class BudgetTransformerEncoder(TransformerEncoder):
                 self.layers[i].self_attn.router.prefer(scores)
 
     def build_encoder_layer(self, cfg):
-        return BudgetedEncoderLayer(TransformerConfig.from_namespace(cfg), self.budget, *next(self.layer_heads))
+        return BudgetedEncoderLayer(TransformerConfig.from_namespace(cfg), self.budget, *next(self.layer_heads),
+                                    neurons=next(self.layer_neurons))
 
     def forward(self, src_tokens, src_lengths=None, return_all_hiddens=False, token_embeddings=None,
                 dial: Optional[Dial] = None):
@@ -184,8 +202,12 @@ class BudgetFormerModel(BudgetDial, RobertaModel):
         if head_ratio is not None and not self.budget.predicts_budget:
             self.dial_of(head_ratio)  # refused, in one line: this model has no dial
         self.head_ratio = parse_head_ratio(head_ratio, layers, heads, self.budget.min_heads)
+        # --width (a task option too): heads and FFN neurons per layer, no calibration needed
+        self.width = safe_getattr(args, "width", None)
+        require(self.width is None or head_ratio is None, "width", "given without --head-ratio (a width sets the "
+                "heads too)", self.width)
         self.dial_setting = Dial()  # what forward runs when a call names no dial
-        if self.head_ratio is not None and self.head_ratio.counts is not None:  # needs no calibration
+        if self.width is not None or (self.head_ratio is not None and self.head_ratio.counts is not None):
             self.set_head_ratio(self.head_ratio)
 
     def upgrade_state_dict_named(self, state_dict, name):
@@ -216,6 +238,11 @@ class BudgetFormerModel(BudgetDial, RobertaModel):
             "--layernorm-eps", type=float, metavar="EPS",
             help=f"epsilon of every LayerNorm of the model (default {DEFAULT_LAYERNORM_EPS}, fairseq's; "
             "1e-12 reproduces BERT-family models, see budget-convert)",
+        )
+        parser.add_argument(
+            "--ffn-neurons", metavar="N,N,...",
+            help="FFN neurons of each layer (comma-separated): an export's, cut to a width "
+            "(budget-export); default: --encoder-ffn-embed-dim in every layer",
         )
         gen_parser_from_dataclass(parser, BudgetConfig())
 

@@ -72,32 +72,38 @@ class BudgetFormerHubInterface(RobertaHubInterface):
     gradients); wrap ``extract_features`` in ``torch.no_grad()`` for the same.
 
     ``head_ratio=`` sets the budget dial for one call (a mean head ratio of a calibrated
-    checkpoint, or one count per layer, as --head-ratio; None: the model's own). It is
-    handed to the model's forward, not set on the model, so that threads sharing one
-    hub each run their own."""
+    checkpoint, or one count per layer, as --head-ratio; None: the model's own), and
+    ``width=`` the width dial (heads and FFN neurons, as --width). Either is handed to
+    the model's forward, not set on the model, so that threads sharing one hub each run
+    their own."""
 
-    def dial(self, head_ratio: Optional[str]):
-        """The model's dial setting for ``head_ratio`` (None: the model's own)."""
+    def dial(self, head_ratio: Optional[str], width: Optional[str] = None):
+        """The model's dial setting for ``head_ratio`` or ``width`` (neither: the model's own)."""
+        if width is not None:
+            if head_ratio is not None:
+                raise ValueError("give head_ratio or width, not both (a width sets the heads too)")
+            return self.model.width_dial(width)
         return None if head_ratio is None else self.model.dial_of(head_ratio)
 
     def extract_features(self, tokens: torch.LongTensor, return_all_hiddens: bool = False,
-                         head_ratio: Optional[str] = None) -> torch.Tensor:
-        """RoBERTa's ``extract_features``, at budget dial ``head_ratio``."""
+                         head_ratio: Optional[str] = None, width: Optional[str] = None) -> torch.Tensor:
+        """RoBERTa's ``extract_features``, at budget dial ``head_ratio`` or width ``width``."""
         if tokens.dim() == 1:
             tokens = tokens.unsqueeze(0)
         if tokens.size(-1) > self.model.max_positions():
             raise ValueError(f"tokens exceeds maximum length: {tokens.size(-1)} > {self.model.max_positions()}")
         features, extra = self.model(tokens.to(device=self.device), features_only=True,
-                                     return_all_hiddens=return_all_hiddens, dial=self.dial(head_ratio))
+                                     return_all_hiddens=return_all_hiddens, dial=self.dial(head_ratio, width))
         if return_all_hiddens:
             return [inner_state.transpose(0, 1) for inner_state in extra["inner_states"]]  # T x B x C -> B x T x C
         return features
 
     @torch.no_grad()
     def predict(self, head: str, tokens: torch.LongTensor, return_logits: bool = False,
-                head_ratio: Optional[str] = None):
-        """RoBERTa's ``predict``, at budget dial ``head_ratio``."""
-        logits = self.model.classification_heads[head](self.extract_features(tokens, head_ratio=head_ratio))
+                head_ratio: Optional[str] = None, width: Optional[str] = None):
+        """RoBERTa's ``predict``, at budget dial ``head_ratio`` or width ``width``."""
+        features = self.extract_features(tokens, head_ratio=head_ratio, width=width)
+        logits = self.model.classification_heads[head](features)
         return logits if return_logits else F.log_softmax(logits, dim=-1)
 
     @torch.no_grad()

@@ -26,6 +26,13 @@ def attention_flops(seq_len: int, heads: Tensor, embed_dim: int, num_heads: int,
     return used, full
 
 
+def ffn_flops(seq_len: int, batch: int, embed_dim: int, neurons: int, full_neurons: int) -> "tuple[float, float]":
+    """FFN FLOPs of a batch that runs ``neurons`` of ``full_neurons``, and at full
+    width: fc1 and fc2 are 2 T C f each, per example."""
+    per_neuron = 4.0 * seq_len * embed_dim * batch
+    return per_neuron * neurons, per_neuron * full_neurons
+
+
 def _sdpa_cpu_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs):
     from torch.utils.flop_counter import sdpa_flop_count
 

@@ -52,11 +52,13 @@ from .exploration import Exploration, exploration_at
 
 
 class LayerDial(NamedTuple):
-    """The budget dial as one layer's router runs it, at evaluation only (training
-    ignores it: the predictor is trained as it predicts)."""
+    """The budget dial as one layer runs it. Its heads part (``shift``, ``heads``)
+    applies at evaluation only (training ignores it: the predictor is trained as it
+    predicts); its FFN width applies in training too (the sandwich's widths)."""
 
     shift: float = 0.0  # added to the budget logit of every input
     heads: Optional[int] = None  # a fixed count for every input, no predictor
+    neurons: Optional[int] = None  # the FFN runs its first this many neurons (None: all)
 
 
 NO_DIAL = LayerDial()

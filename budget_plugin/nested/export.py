@@ -9,7 +9,9 @@ leaves a checkpoint that its own configuration cannot rebuild.)
 
 A ratio R exports what the calibrated dial runs at R: its mean heads per layer on the
 split it was calibrated on, made whole with the same total (:func:`whole_counts`, the
-static twin's rounding), not round(R x H) in every layer."""
+static twin's rounding), not round(R x H) in every layer. A width (``--width``: heads and
+FFN neurons per layer) cuts each layer's FFN too, to its first neurons (fc1's rows and
+bias, fc2's columns; ``--ffn-neurons``)."""
 
 import argparse
 import io
@@ -22,6 +24,7 @@ import torch
 
 from budget_plugin.config import BudgetConfig
 from budget_plugin.models.budget_dial import parse_head_ratio
+from budget_plugin.models.width import Width, parse_width
 from budget_plugin.nested.calibration import RECORD
 from budget_plugin.tools.checkpoints import load_checkpoint, model_options, read
 from budget_plugin.tools.errors import DataError
@@ -29,6 +32,7 @@ from budget_plugin.tools.evaluation import layer_heads, split_batches
 from budget_plugin.tools.files import write_atomic
 
 ATTENTION = "encoder.sentence_encoder.layers.{}.self_attn."
+LAYER = "encoder.sentence_encoder.layers.{}."
 
 
 def whole_counts(means: Sequence[float]) -> List[int]:
@@ -82,8 +86,20 @@ def export_counts(checkpoint: Path, head_ratio: str, data: Optional[Path] = None
     return dialled_counts(model, split_batches(task, batch_size, record["split"]), head_ratio)
 
 
-def pruned_checkpoint(state: dict, counts: List[int]) -> dict:
-    """The checkpoint dict of the pruned model (``state`` is not changed)."""
+def export_width(checkpoint: Path, width: str) -> Width:
+    """``--width``'s heads and neurons per layer for an export."""
+    args = model_options(read(checkpoint))
+    check_nested(args)
+    try:
+        return parse_width(width, args.encoder_layers, args.encoder_attention_heads, args.encoder_ffn_embed_dim,
+                           int(getattr(args, "min_heads", 1)))
+    except ValueError as e:
+        raise DataError(str(e)) from None
+
+
+def pruned_checkpoint(state: dict, counts: List[int], neurons: Optional[List[int]] = None) -> dict:
+    """The checkpoint dict of the pruned model, each layer holding its first ``counts``
+    heads and (given) first ``neurons`` FFN neurons (``state`` is not changed)."""
     args = model_options(state)
     check_nested(args)
     d = args.encoder_embed_dim // args.encoder_attention_heads
@@ -95,10 +111,17 @@ def pruned_checkpoint(state: dict, counts: List[int]) -> dict:
                 if prefix + f"{name}.{part}" in weights:
                     weights[prefix + f"{name}.{part}"] = weights[prefix + f"{name}.{part}"][: k * d].clone()
         weights[prefix + "out_proj.weight"] = weights[prefix + "out_proj.weight"][:, : k * d].clone()
+    for layer, f in enumerate(neurons or []):
+        prefix = LAYER.format(layer)
+        for name in ("fc1.weight", "fc1.bias"):
+            weights[prefix + name] = weights[prefix + name][:f].clone()
+        weights[prefix + "fc2.weight"] = weights[prefix + "fc2.weight"][:, :f].clone()
     options = argparse.Namespace(**vars(args))
     BudgetConfig.fill_args(options)  # a checkpoint saved before an option existed: the value it ran with
     options.head_selection, options.fixed_heads = "pruned", ",".join(map(str, counts))
-    options.initial_budget, options.head_ratio = None, None
+    options.initial_budget, options.head_ratio, options.width = None, None, None
+    if neurons:
+        options.ffn_neurons = ",".join(map(str, neurons))
     options.min_heads = min(int(options.min_heads), *counts)
     defaults = BudgetConfig()
     for name in BudgetConfig(**{f.name: getattr(options, f.name) for f in fields(BudgetConfig)}).inert_options():
@@ -110,12 +133,20 @@ def pruned_checkpoint(state: dict, counts: List[int]) -> dict:
     return exported
 
 
-def export_pruned(checkpoint: Path, out: Path, head_ratio: str, data: Optional[Path] = None) -> List[int]:
-    """Write ``checkpoint``'s model pruned to ``head_ratio``'s counts (export_counts) as
-    ``out`` (atomically). Returns the counts."""
-    counts = export_counts(checkpoint, head_ratio, data)
+def export_pruned(checkpoint: Path, out: Path, head_ratio: Optional[str] = None, data: Optional[Path] = None,
+                  width: Optional[str] = None) -> Width:
+    """Write ``checkpoint``'s model cut to ``head_ratio``'s head counts (export_counts;
+    every FFN neuron kept) or to ``width``'s heads and neurons as ``out`` (atomically).
+    Returns the heads and neurons per layer."""
+    if (head_ratio is None) == (width is None):
+        raise DataError("export: give --head-ratio (heads) or --width (heads and FFN neurons), one of them")
+    if width is not None:
+        cut = export_width(checkpoint, width)
+    else:
+        counts = export_counts(checkpoint, head_ratio, data)
+        cut = Width(tuple(counts), tuple([model_options(read(checkpoint)).encoder_ffn_embed_dim] * len(counts)))
     state = read(checkpoint)
     buffer = io.BytesIO()
-    torch.save(pruned_checkpoint(state, counts), buffer)
+    torch.save(pruned_checkpoint(state, list(cut.heads), None if width is None else list(cut.neurons)), buffer)
     write_atomic(out, buffer.getvalue())
-    return counts
+    return cut

@@ -2,12 +2,14 @@
 data (budget-finetune): every budget in one fine-tuned model.
 
 1. ``dense``: fairseq's own ``roberta`` fine-tuned (finetune.py's recipe);
-2. ``importance``: Michel et al.'s head importance of it on training examples;
-3. ``reordered.pt``: its heads permuted into importance order (tools/reorder.py: the
-   same function), so that every budget's heads are a prefix, the most important ones;
+2. ``importance``: Michel et al.'s importance of its heads and FFN neurons on training
+   examples;
+3. ``reordered.pt``: its heads and FFN neurons permuted into importance order
+   (reorder.py: the same function), so that every width is a prefix, the most
+   important ones;
 4. ``nested``: BudgetFormer ``--head-selection nested`` fine-tuned from it, every update
-   training the router's per-input budgets and the sandwich of fixed widths, distilled
-   in place from the full width;
+   training the router's per-input budgets and the sandwich of fixed widths (heads and,
+   with ``min_ffn_ratio``, FFN neurons), distilled in place from the full width;
 5. the budget dial calibrated on dev and stored in ``nested/checkpoint_best.pt``.
 
 Each step leaves its output under SAVE_DIR, and SAVE_DIR/recipe.json records what each
@@ -30,8 +32,8 @@ import torch
 from budget_plugin.data.binarize import count_binarized, num_classes
 from budget_plugin.nested import finetune
 from budget_plugin.nested.calibration import calibrate_checkpoint
-from budget_plugin.nested.importance import head_importance
-from budget_plugin.nested.reorder import reorder_heads
+from budget_plugin.nested.importance import layer_importance
+from budget_plugin.nested.reorder import reorder_heads, reorder_neurons
 from budget_plugin.tools.checkpoints import read
 from budget_plugin.tools.errors import DataError
 from budget_plugin.tools.fairseq_cli import run, train_options
@@ -52,6 +54,9 @@ class NestedRecipe:
     target_head_ratio: float = 0.5  # where the router's own budgets are held (the dial moves them)
     distill_weight: float = 0.5  # in-place distillation from the full width
     router_scale: float = 10.0
+    # the FFN nested too: its neurons ordered by importance, and the smallest width the
+    # sandwich trains runs this fraction of them (DynaBERT's smallest width, 0.25); 0: heads only
+    min_ffn_ratio: float = 0.25
 
 
 def nested_command(data: Path, model_pt: Path, reordered: Path, save_dir: Path, dense: finetune.Recipe, nested: NestedRecipe,
@@ -69,6 +74,7 @@ def nested_command(data: Path, model_pt: Path, reordered: Path, save_dir: Path, 
         "--head-selection", "nested", "--min-heads", nested.min_heads, "--router-scale", nested.router_scale,
         "--criterion", "budget_sentence_prediction", "--target-head-ratio", nested.target_head_ratio,
         "--sandwich-widths", nested.sandwich_widths, "--distill-weight", nested.distill_weight,
+        *(["--min-ffn-ratio", nested.min_ffn_ratio] if nested.min_ffn_ratio else []),
         "--max-epoch", 10_000, *finetune.checkpoint_options(dense),
         "--restore-file", reordered, "--reset-optimizer", "--reset-dataloader", "--reset-meters",
     ]
@@ -169,13 +175,14 @@ def finetune_nested(model_dir: Path, data: Path, save_dir: Path, dense: finetune
     dense_best, nested_best = dense_dir / "checkpoint_best.pt", nested_dir / "checkpoint_best.pt"
     importance_file, reordered, calibrated = save_dir / "importance.json", save_dir / "reordered.pt", \
         nested_dir / "calibration.json"
+    neuron_importance_file = save_dir / "neuron_importance.json"
     device = {"cpu": cpu, "fp16": fp16}
     dense_command = finetune.command("dense", data, model_dir, dense_dir, dense, examples, classes, **device)
     nested_run = nested_command(data, model_dir / "model.pt", reordered, nested_dir, dense, nested, nested_updates, classes, **device)
     planned = {  # each step's record: what decides its output
         "dense": recorded(dense_command),
         "importance": {"examples": nested.importance_examples, "batch_size": dense.batch_size, "split": "train"},
-        "reorder": {},
+        "reorder": {"neurons": bool(nested.min_ffn_ratio)},
         "nested": recorded(nested_run),
         "calibration": {"split": "valid"},
     }
@@ -195,21 +202,27 @@ def finetune_nested(model_dir: Path, data: Path, save_dir: Path, dense: finetune
          lambda: train_step("dense", dense_command, dense_dir, log, threads))
 
     def importance() -> None:
-        found = head_importance(dense_best, data, "train", dense.batch_size, nested.importance_examples)
-        write_json(importance_file, found.tolist())
+        found = layer_importance(dense_best, data, "train", dense.batch_size, nested.importance_examples)
+        write_json(neuron_importance_file, found.neurons.tolist())
+        write_json(importance_file, found.heads.tolist())
 
-    step("importance", f"recipe 2/5: head importance of the dense model on {nested.importance_examples} training "
-         "examples", importance)
+    step("importance", f"recipe 2/5: head and FFN-neuron importance of the dense model on "
+         f"{nested.importance_examples} training examples", importance)
 
     def reorder() -> None:
         state = read(dense_best)
         state["model"], order = reorder_heads(state["model"], torch.tensor(json.loads(importance_file.read_text())))
+        if nested.min_ffn_ratio:
+            neurons = torch.tensor(json.loads(neuron_importance_file.read_text()))
+            state["model"], neuron_order = reorder_neurons(state["model"], neurons)
+            write_json(save_dir / "neuron_order.json", neuron_order.tolist())
         state["last_optimizer_state"] = None
         with atomic_path(reordered) as tmp:
             torch.save(state, tmp)
         write_json(save_dir / "order.json", order.tolist())
 
-    step("reorder", "recipe 3/5: heads reordered by importance (the same function)", reorder)
+    step("reorder", "recipe 3/5: heads" + (" and FFN neurons" if nested.min_ffn_ratio else "") +
+         " reordered by importance (the same function)", reorder)
     step("nested", f"recipe 4/5: nested fine-tuning ({nested_updates} updates; each trains the router's budgets "
          f"and {nested.sandwich_widths} fixed widths)",
          lambda: train_step("nested", nested_run, nested_dir, log, threads))

@@ -35,6 +35,16 @@ class BudgetSentencePredictionConfig(SentencePredictionConfig):
             "A task option, so that fairseq-validate parses it; it is handed to the model"
         },
     )
+    width: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "the width dial, for evaluation: a nested checkpoint (heads and FFN neurons in "
+            "importance order) runs round(R x H) heads and round(R x F) FFN neurons in every layer "
+            "for a ratio R in (0, 1], or, given one heads:neurons pair per layer "
+            "('4:461,4:461,...'), those. Instead of --head-ratio, which cuts the heads alone. A "
+            "task option, handed to the model"
+        },
+    )
 
 
 @register_task("budget_sentence_prediction", dataclass=BudgetSentencePredictionConfig)
@@ -42,14 +52,15 @@ class BudgetSentencePredictionTask(SentencePredictionTask):
     """fairseq's ``sentence_prediction`` (same options and data layout: ``input0/``,
     optional ``input1/``, ``label/``), except that validation and test sets are scored
     in full, that a missing folder or split, or scoring a split without labels, is
-    refused in one line, and that ``--head-ratio`` dials a BudgetFormer's budget.
+    refused in one line, and that ``--head-ratio`` and ``--width`` dial a BudgetFormer.
     (BudgetFormer's options, its exploration schedule included, are model options;
     any model trains with this task.)"""
 
     def build_model(self, cfg, from_checkpoint=False):
-        if self.cfg.head_ratio is not None:  # a model option fairseq-validate could not parse
-            with open_dict(cfg) if OmegaConf.is_config(cfg) else contextlib.nullcontext():
-                cfg.head_ratio = self.cfg.head_ratio
+        for option in ("head_ratio", "width"):  # model options fairseq-validate could not parse
+            if getattr(self.cfg, option) is not None:
+                with open_dict(cfg) if OmegaConf.is_config(cfg) else contextlib.nullcontext():
+                    setattr(cfg, option, getattr(self.cfg, option))
         return super().build_model(cfg, from_checkpoint)
 
     @classmethod

@@ -1,7 +1,7 @@
 """Scoring a trained checkpoint over the batches of an evaluation split: accuracy, the
 heads it runs per layer and per input, and its FLOPs."""
 
-from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
@@ -25,8 +25,10 @@ def tokens(sample: dict) -> torch.Tensor:
     return sample["net_input"]["src_tokens"]
 
 
-def classify(model, tokens):
-    return model(tokens, classification_head_name="sentence_classification_head")
+def classify(model, tokens, dial=None):
+    if dial is None:  # a stock RoBERTa takes no dial
+        return model(tokens, classification_head_name="sentence_classification_head")
+    return model(tokens, classification_head_name="sentence_classification_head", dial=dial)
 
 
 @torch.no_grad()
@@ -35,20 +37,37 @@ def count_flops(model, batches: Sequence[dict]) -> MeasuredFlops:
     return measure_flops(lambda: [classify(model, tokens(sample)) for sample in batches])
 
 
+class Scored(NamedTuple):
+    accuracy: float  # %
+    heads: Optional[List[float]]  # each layer's mean heads (None: a model without head budgets)
+    model_flops_ratio: Optional[float]  # the encoder layers' FLOPs against every head and neuron's
+
+
 @torch.no_grad()
-def accuracy_and_heads(model, batches: Sequence[dict]) -> Tuple[float, Optional[List[float]]]:
-    """Accuracy (%) over the batches' examples and each layer's mean heads (None for a
-    model without head budgets), in one pass."""
+def scored(model, batches: Sequence[dict], dial=None) -> Scored:
+    """Accuracy over the batches' examples, the heads run and the FLOPs, in one pass
+    (``dial``: a setting for the calls, models/budget_dial.py; None: the model's own)."""
     correct = examples = 0
-    totals = None
+    totals, flops, full = None, 0.0, 0.0
     for sample in batches:
-        logits, extra = classify(model, tokens(sample))
+        logits, extra = classify(model, tokens(sample), dial)
         correct += int((logits.argmax(-1) == sample["target"].view(-1)).sum())
         examples += logits.size(0)
         if extra.get("budget"):
-            heads = torch.stack([layer["heads"].float().sum() for layer in extra["budget"]])
+            layers = extra["budget"]
+            heads = torch.stack([layer["heads"].float().sum() for layer in layers])
             totals = heads if totals is None else totals + heads
-    return 100 * correct / examples, (None if totals is None else (totals / examples).tolist())
+            flops += sum(float(layer["attn_flops"]) + layer["ffn_flops"] for layer in layers)
+            full += sum(float(layer["attn_flops_full"]) + layer["ffn_flops_full"] for layer in layers)
+    return Scored(100 * correct / examples, None if totals is None else (totals / examples).tolist(),
+                  flops / full if full else None)
+
+
+def accuracy_and_heads(model, batches: Sequence[dict]) -> Tuple[float, Optional[List[float]]]:
+    """Accuracy (%) over the batches' examples and each layer's mean heads (None for a
+    model without head budgets), in one pass."""
+    found = scored(model, batches)
+    return found.accuracy, found.heads
 
 
 def accuracy_and_ratio(model, batches: Sequence[dict]) -> Tuple[float, float]:

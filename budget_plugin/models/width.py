@@ -1,0 +1,59 @@
+"""The width dial (``--width``): one setting a user reads as cost, cutting every layer's
+heads and FFN neurons together to their first (most important) ones, in a nested model
+whose heads and neurons are in importance order (nested/reorder.py). ``--head-ratio``
+keeps its meaning: the heads alone.
+
+A setting is a ratio R (each layer runs round(R x H) heads, at least --min-heads, and
+round(R x F) neurons) or one ``heads:neurons`` pair per layer (``4:461,4:461,...``), for
+experts and exports. A width runs no router: every input runs the same counts."""
+
+from typing import NamedTuple, Optional, Tuple
+
+from ..config import require
+from .budget_dial import Dial
+
+
+class Width(NamedTuple):
+    heads: Tuple[int, ...]  # per layer
+    neurons: Tuple[int, ...]  # per layer
+
+    def dial(self) -> Dial:
+        return Dial(counts=self.heads, neurons=self.neurons)
+
+    def option(self) -> str:
+        """As ``--width`` writes it, one pair per layer."""
+        return ",".join(f"{h}:{f}" for h, f in zip(self.heads, self.neurons))
+
+
+def uniform_width(ratio: float, num_layers: int, num_heads: int, num_neurons: int, min_heads: int = 1) -> Width:
+    """The same ratio in every layer: round(R x H) heads (within [min_heads, H]) and
+    round(R x F) neurons (at least one)."""
+    heads = max(min_heads, min(num_heads, round(ratio * num_heads)))
+    neurons = max(1, min(num_neurons, round(ratio * num_neurons)))
+    return Width((heads,) * num_layers, (neurons,) * num_layers)
+
+
+def parse_width(value, num_layers: int, num_heads: int, num_neurons: int, min_heads: int = 1) -> Optional[Width]:
+    """--width: None; a ratio R in (0, 1]; or ``num_layers`` comma-separated
+    ``heads:neurons`` pairs."""
+    if value is None or value == "":
+        return None
+    text = str(value)
+    pairs = text.split(",")
+    if len(pairs) == 1 and ":" not in text:
+        try:
+            ratio = float(text)
+        except ValueError:
+            ratio = -1.0
+        require(0 < ratio <= 1, "width", f"a ratio in (0, 1], or {num_layers} comma-separated heads:neurons pairs",
+                value)
+        return uniform_width(ratio, num_layers, num_heads, num_neurons, min_heads)
+    try:
+        counts = [tuple(int(n) for n in pair.split(":")) for pair in pairs]
+    except ValueError:
+        counts = []
+    require(len(counts) == num_layers and all(len(c) == 2 and min_heads <= c[0] <= num_heads and
+                                              1 <= c[1] <= num_neurons for c in counts),
+            "width", f"a ratio in (0, 1], or {num_layers} comma-separated heads:neurons pairs (heads in "
+            f"[--min-heads, {num_heads}], neurons in [1, {num_neurons}])", value)
+    return Width(tuple(h for h, _ in counts), tuple(f for _, f in counts))

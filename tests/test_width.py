@@ -1,0 +1,156 @@
+"""The width dial (--width): every layer's heads and FFN neurons cut together to their
+first ones; the FFN's prefix computes what a physically cut FFN computes, and the
+export at a width holds only those weights and predicts what the dialled model does."""
+
+import pytest
+import torch
+from test_dial import HEAD, checkpoint_of, nested_model
+
+from budget_plugin.models.budget_dial import Dial
+from budget_plugin.models.width import Width, parse_width, uniform_width
+from budget_plugin.nested.export import pruned_checkpoint
+from budget_plugin.tools.checkpoints import as_budgetformer
+from conftest import build_model, random_tokens
+
+L, H, F = 2, 4, 128  # budgetformer_tiny
+
+
+@pytest.mark.parametrize("value, expected", [
+    (None, None),
+    ("1", Width((4, 4), (128, 128))),
+    ("0.5", Width((2, 2), (64, 64))),
+    ("0.3", Width((1, 1), (38, 38))),  # round(1.2) heads, round(38.4) neurons
+    (0.1, Width((1, 1), (13, 13))),  # never under --min-heads
+    ("1:10,4:128", Width((1, 4), (10, 128))),
+])
+def test_a_width_is_heads_and_neurons_per_layer(value, expected):
+    assert parse_width(value, L, H, F, min_heads=1) == expected
+
+
+@pytest.mark.parametrize("value", ["0", "1.2", "x", "1:10", "1:10,5:10", "1:0,1:10", "1:10,1:129", "1:2:3,1:2"])
+def test_a_bad_width_is_refused_naming_the_option(value):
+    with pytest.raises(ValueError, match=r"--width must be a ratio in \(0, 1\], or 2 comma-separated heads:neurons"):
+        parse_width(value, L, H, F, min_heads=1)
+
+
+def test_the_uniform_width_of_minilm_is_the_cut_the_latency_table_measured():
+    assert uniform_width(0.3, 6, 12, 1536) == Width((4,) * 6, (461,) * 6)
+    assert uniform_width(0.5, 6, 12, 1536) == Width((6,) * 6, (768,) * 6)
+    assert uniform_width(0.25, 6, 12, 1536, min_heads=2) == Width((3,) * 6, (384,) * 6)
+
+
+def layers_cut(model, neurons):
+    """A copy of ``model`` whose layers hold only their first ``neurons`` FFN neurons."""
+    state = checkpoint_of(model)
+    state["cfg"]["model"].ffn_neurons = ",".join(map(str, neurons))
+    weights = dict(state["model"])
+    for i, f in enumerate(neurons):
+        key = f"encoder.sentence_encoder.layers.{i}."
+        weights[key + "fc1.weight"], weights[key + "fc1.bias"] = weights[key + "fc1.weight"][:f], \
+            weights[key + "fc1.bias"][:f]
+        weights[key + "fc2.weight"] = weights[key + "fc2.weight"][:, :f]
+    state["model"] = weights
+    return as_budgetformer(state)
+
+
+@pytest.mark.parametrize("neurons", [(128, 128), (32, 100), (1, 128)])
+def test_the_ffn_prefix_computes_what_a_cut_ffn_computes(neurons):
+    torch.manual_seed(0)
+    model = nested_model()
+    tokens = random_tokens()
+    dialled, extra = model(tokens, classification_head_name=HEAD, dial=Dial(neurons=neurons))
+    cut = layers_cut(model, neurons)
+    assert [layer.fc1.out_features for layer in cut.encoder.sentence_encoder.layers] == list(neurons)
+    expected, cut_extra = cut(tokens, classification_head_name=HEAD)
+    torch.testing.assert_close(dialled, expected, rtol=1e-5, atol=1e-5)
+    assert [layer["neurons"] for layer in extra["budget"]] == list(neurons)
+    assert [layer["neurons"] for layer in cut_extra["budget"]] == list(neurons)
+    full, _ = model(tokens, classification_head_name=HEAD)
+    assert torch.equal(dialled, full) == (neurons == (128, 128))
+    # the statistics: FLOPs of the neurons run, against the dense model's
+    for layer, f in zip(extra["budget"], neurons):
+        assert layer["ffn_flops"] / layer["ffn_flops_full"] == pytest.approx(f / F)
+        assert layer["ffn_flops_full"] == 4 * tokens.size(1) * model.args.encoder_embed_dim * F * tokens.size(0)  # fc1 + fc2: 2 T C F each
+
+
+def test_only_the_neurons_run_are_trained():
+    torch.manual_seed(0)
+    model = nested_model().train()
+    logits, _ = model(random_tokens(), classification_head_name=HEAD, dial=Dial(neurons=(16, 16)))
+    logits.sum().backward()
+    fc1, fc2 = model.encoder.sentence_encoder.layers[0].fc1, model.encoder.sentence_encoder.layers[0].fc2
+    assert fc1.weight.grad[:16].abs().sum() > 0 and not fc1.weight.grad[16:].any() and not fc1.bias.grad[16:].any()
+    assert fc2.weight.grad[:, :16].abs().sum() > 0 and not fc2.weight.grad[:, 16:].any()
+
+
+@pytest.mark.parametrize("width", ["0.5", "1:10,3:100"])
+def test_the_export_at_a_width_is_smaller_and_predicts_what_the_dialled_model_predicts(width):
+    torch.manual_seed(0)
+    model = nested_model()
+    setting = model.width_dial(width)
+    state = pruned_checkpoint(checkpoint_of(model), list(setting.counts), list(setting.neurons))
+    exported = as_budgetformer(state)
+    layers = exported.encoder.sentence_encoder.layers
+    assert [layer.fc1.out_features for layer in layers] == list(setting.neurons)
+    assert [layer.self_attn.q_proj.out_features // layer.self_attn.head_dim for layer in layers] == list(setting.counts)
+    assert sum(v.numel() for v in state["model"].values()) < sum(v.numel() for v in model.state_dict().values())
+    tokens = random_tokens()
+    with torch.no_grad():
+        torch.testing.assert_close(exported(tokens, classification_head_name=HEAD)[0],
+                                   model(tokens, classification_head_name=HEAD, dial=setting)[0], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="--width 0.5: this is a fixed-width model"):
+        exported.width_dial("0.5")
+
+
+def test_a_width_and_a_head_ratio_are_not_given_together():
+    with pytest.raises(ValueError, match="--width must be given without --head-ratio"):
+        build_model(num_classes=2, head_selection="nested", width="0.5", head_ratio="1,1")
+    model = build_model(num_classes=2, head_selection="nested", min_heads=1, width="1:16,2:32").eval()
+    assert model.dial_setting == Dial(counts=(1, 2), neurons=(16, 32))
+
+
+def test_the_sandwich_trains_ffn_widths_with_the_heads():
+    """--min-ffn-ratio 0.25: the smallest width runs a quarter of every layer's neurons
+    (and --min-heads), the random one draws each layer's neurons from [that, all];
+    the width loss is theirs, computed here by hand under the same seed."""
+    import torch.nn.functional as F_
+    from test_dial import make_sample
+    from test_model import make_criterion
+
+    torch.manual_seed(0)
+    model = nested_model(min_heads=1).train()
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout) or type(module).__name__ == "FairseqDropout":
+            module.p = 0.0
+    sample = make_sample()
+    criterion = make_criterion(sandwich_widths=3, min_ffn_ratio=0.25, distill_weight=0.0,
+                               budget_weight=0.0, exploration_weight=0.0)
+    torch.manual_seed(5)
+    _, _, logs = criterion(model, sample)
+    torch.manual_seed(5)
+    full = criterion.width_logits(model, sample, None)
+    model(**sample["net_input"], features_only=True, classification_head_name=HEAD)  # the router's pass
+    heads, neurons = torch.randint(1, 5, (2,)).tolist(), torch.randint(32, F + 1, (2,)).tolist()
+
+    def width(h, f):
+        with model.forced_heads(h):
+            logits = model(**sample["net_input"], features_only=True, classification_head_name=HEAD,
+                           dial=Dial(neurons=tuple(f)))[0]
+        return F_.cross_entropy(logits, sample["target"], reduction="sum")
+
+    expected = F_.cross_entropy(full, sample["target"], reduction="sum") + width([1, 1], [32, 32]) + \
+        width(heads, neurons)
+    assert logs["width_loss"].item() == pytest.approx(expected.item(), rel=1e-5)
+    # and not what the heads alone would give
+    assert logs["width_loss"].item() != pytest.approx((F_.cross_entropy(full, sample["target"], reduction="sum") +
+                                                       width([1, 1], [F, F]) + width(heads, [F, F])).item(), rel=1e-4)
+    assert logs["model_flops"] < logs["model_flops_full"]  # the router's pass: its own heads, every neuron
+
+
+def test_min_ffn_ratio_needs_the_sandwich():
+    from test_model import make_criterion
+
+    with pytest.raises(ValueError, match="--min-ffn-ratio must be 0 unless --sandwich-widths is 2 or more"):
+        make_criterion(min_ffn_ratio=0.25)
+    with pytest.raises(ValueError, match=r"--min-ffn-ratio must be in \[0, 1\]"):
+        make_criterion(sandwich_widths=3, min_ffn_ratio=1.5)
