@@ -3,6 +3,7 @@ real fairseq-preprocess, and the fairseq command-line tools run as users run the
 
 import argparse
 import functools
+import json
 import os
 import random
 import shutil
@@ -55,12 +56,14 @@ def pytest_collection_modifyitems(items):
 # argument, and the suite runs over a hundred of them. Each test process therefore keeps
 # one server that has imported torch and fairseq (nothing of the plugin: --user-dir
 # imports it in every run, as in a fresh process) and forks it for every fairseq-train,
-# fairseq-validate and fairseq-preprocess that the tests and the scripts they call in
-# process start: fairseq's own cli_main, with the command's argv, environment, working
+# fairseq-validate and fairseq-preprocess that the tests and the code they call in
+# process start (fairseq_cli.console_script), and for the Python scripts the tests run
+# with python_script() or run() (the fairseq tools those start forked too): fairseq's own
+# cli_main or the script as __main__, with the command's argv, environment, working
 # directory and standard streams (passed over a Unix socket), its exit status returned
-# to a small client process that stands where the console script stood. Commands run as
-# separate programs (torchrun, scripts/*.py, the examples) start fresh as before; so does
-# every command where BUDGET_TESTS_FRESH_PROCESSES=1.
+# to a small client process that stands where the program stood. Other commands
+# (torchrun, the installed budget-* commands) start fresh as before; so does every
+# command where BUDGET_TESTS_FRESH_PROCESSES=1.
 
 _ZYGOTE_ENV = "BUDGET_TESTS_ZYGOTE"
 _ZYGOTE_TOOLS = {"fairseq-train": "fairseq_cli.train", "fairseq-validate": "fairseq_cli.validate",
@@ -86,14 +89,41 @@ sys.exit(int(status) if status else "the forked fairseq command ended without a 
 # the server: imports torch and fairseq once, then forks a child per request; it ends
 # when the test process that started it closes its standard input
 _SERVER = r"""
-import json, os, select, signal, socket, sys, threading, traceback
-path = sys.argv[1]
+import importlib.util, json, logging, os, runpy, select, signal, socket, sys, threading, traceback
+path, CLIENT, TOOLS = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 import torch, fairseq_cli.train, fairseq_cli.validate, fairseq_cli.preprocess  # noqa: E401
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
 server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 server.bind(path + ".tmp")
 server.listen(64)
 os.rename(path + ".tmp", path)  # the socket appears when the server is ready
+
+
+class ForkedTools:
+    # makes the plugin's fairseq_cli.console_script, once a script imports it, fork the
+    # fairseq tools from this server too
+
+    def find_spec(self, name, path, target=None):
+        if name != "budget_plugin.tools.fairseq_cli":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        execute = spec.loader.exec_module
+
+        def exec_module(module):
+            execute(module)
+            fresh = module.console_script
+
+            def console_script(name):
+                program = fresh(name)
+                if name not in TOOLS or len(program) != 1:
+                    return program
+                return [sys.executable, "-c", CLIENT, TOOLS[name], *program]
+
+            module.console_script = console_script
+
+        spec.loader.exec_module = exec_module
+        return spec
 
 
 def child(conn, request, fds):
@@ -109,12 +139,21 @@ def child(conn, request, fds):
     import numpy
     random.seed()
     numpy.random.seed()
-    sys.argv = request["argv"]
+    module = request["module"]
+    script = module.partition("script:")[2]
+    sys.argv = request["argv"][1:] if script else request["argv"]
+    sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))  # as for a program started fresh
     # the client killed (a timeout): the command goes down with it
     threading.Thread(target=lambda: (conn.recv(1), os.kill(os.getpid(), signal.SIGKILL)), daemon=True).start()
     code = 0
     try:
-        __import__(request["module"], fromlist=["cli_main"]).cli_main()
+        if script:
+            logging.root.handlers.clear()  # a fresh interpreter's logging (fairseq_cli's import set INFO)
+            logging.root.setLevel(logging.WARNING)
+            sys.meta_path.insert(0, ForkedTools())
+            runpy.run_path(script, run_name="__main__")
+        else:
+            __import__(module, fromlist=["cli_main"]).cli_main()
     except SystemExit as exit_:
         if exit_.code is None or isinstance(exit_.code, int):
             code = exit_.code or 0
@@ -161,7 +200,8 @@ def _fairseq_tools_forked():
         return
     folder = tempfile.mkdtemp(prefix="bz-")  # short: a socket's path has at most 107 bytes
     path = os.path.join(folder, "tools")
-    server = subprocess.Popen([sys.executable, "-c", _SERVER, path], stdin=subprocess.PIPE,
+    server = subprocess.Popen([sys.executable, "-c", _SERVER, path, _CLIENT, json.dumps(_ZYGOTE_TOOLS)],
+                              stdin=subprocess.PIPE,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               env=dict(os.environ, PYTHONHASHSEED="0", PYTHONUNBUFFERED="1"))
     fresh = fairseq_cli.console_script
@@ -185,6 +225,23 @@ def _fairseq_tools_forked():
 def console_script(name):
     """The command line of fairseq's ``name`` as the tests run it (see above)."""
     return fairseq_cli.console_script(name)
+
+
+def python_script(path):
+    """The command line of ``python path`` as the tests run it (see above)."""
+    if os.environ.get(_ZYGOTE_ENV):
+        return [sys.executable, "-c", _CLIENT, f"script:{path}", sys.executable, str(path)]
+    return [sys.executable, str(path)]
+
+
+def program_of(cmd):
+    """``cmd`` with its program (a fairseq tool, ``python SCRIPT.py`` or another) as the
+    tests run it."""
+    if str(cmd[0]).startswith("fairseq-"):
+        return [*console_script(cmd[0]), *map(str, cmd[1:])]
+    if str(cmd[0]) == sys.executable and len(cmd) > 1 and str(cmd[1]).endswith(".py"):
+        return [*python_script(cmd[1]), *map(str, cmd[2:])]
+    return list(map(str, cmd))
 
 
 @pytest.fixture(autouse=True)
@@ -225,11 +282,8 @@ def random_tokens(batch=6, length=12, vocab=50, pad_lengths=(12, 9, 5, 12, 2, 7)
 
 def run(cmd, cwd=None, timeout=600):
     """Run a fairseq CLI (from this interpreter's environment); return its output."""
-    program = console_script(cmd[0]) if str(cmd[0]).startswith("fairseq-") else [str(cmd[0])]
     env = dict(os.environ, PYTHONHASHSEED="0", OMP_NUM_THREADS="1")
-    proc = subprocess.run(
-        [*program, *map(str, cmd[1:])], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    proc = subprocess.run(program_of(cmd), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     output = proc.stdout + proc.stderr
     if proc.returncode != 0:
         raise AssertionError(f"{' '.join(map(str, cmd))} failed ({proc.returncode}):\n{output[-4000:]}")

