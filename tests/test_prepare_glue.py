@@ -7,6 +7,7 @@ starts, or binarize with a stand-in.
 """
 
 import contextlib
+import importlib
 import importlib.util
 import io
 import random
@@ -27,10 +28,8 @@ from budget_plugin.tools import fairseq_cli
 from budget_plugin.tools.errors import DataError, PreprocessError
 from conftest import REPO
 
-SCRIPT = REPO / "scripts" / "prepare_glue.py"
-spec = importlib.util.spec_from_file_location("prepare_glue", SCRIPT)
-prepare_glue = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(prepare_glue)
+SCRIPT = REPO / "scripts" / "prepare_glue.py"  # a thin wrapper of budget_plugin.cli.prepare (budget-prepare)
+prepare_glue = importlib.import_module("budget_plugin.cli.prepare")
 
 MAX_POSITIONS = 16  # small, so that some fixture examples are "too long"
 WORDS = (
