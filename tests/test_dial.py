@@ -162,15 +162,20 @@ def test_only_a_nested_checkpoint_exports():
         pruned_checkpoint(checkpoint_of(learned), [2, 2])
 
 
-def test_the_sandwich_adds_every_width_distilled_from_the_full_one():
-    """--sandwich-widths 3: the loss is the router pass's (mixed with the full width's
-    distillation) + the full width's task loss + the smallest's and one random width's
-    mixed losses; computed here by hand from forced runs under the same seed."""
-    model = nested_model(min_heads=1).train()
+def without_dropout(model):
+    """``model`` with every dropout off: forward passes repeat exactly."""
     model.args.dropout = 0.0
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout) or type(module).__name__ == "FairseqDropout":
             module.p = 0.0
+    return model
+
+
+def test_the_sandwich_adds_every_width_distilled_from_the_full_one():
+    """--sandwich-widths 3: the loss is the router pass's (mixed with the full width's
+    distillation) + the full width's task loss + the smallest's and one random width's
+    mixed losses; computed here by hand from forced runs under the same seed."""
+    model = without_dropout(nested_model(min_heads=1).train())
     sample = make_sample()
     criterion = make_criterion(sandwich_widths=3, distill_weight=0.5, distill_temperature=2.0,
                                budget_weight=0.0, exploration_weight=0.0)

@@ -114,14 +114,11 @@ def test_the_sandwich_trains_ffn_widths_with_the_heads():
     (and --min-heads), the random one draws each layer's neurons from [that, all];
     the width loss is theirs, computed here by hand under the same seed."""
     import torch.nn.functional as F_
-    from test_dial import make_sample
+    from test_dial import make_sample, without_dropout
     from test_model import make_criterion
 
     torch.manual_seed(0)
-    model = nested_model(min_heads=1).train()
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout) or type(module).__name__ == "FairseqDropout":
-            module.p = 0.0
+    model = without_dropout(nested_model(min_heads=1).train())
     sample = make_sample()
     criterion = make_criterion(sandwich_widths=3, min_ffn_ratio=0.25, distill_weight=0.0,
                                budget_weight=0.0, exploration_weight=0.0)
