@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The ``budget-convert-roberta`` command, for a checkout without ``pip install`` (budget_plugin/cli/convert_roberta.py)."""
+"""The ``budget-convert-roberta`` command, for a checkout without ``pip install``
+(budget_plugin/cli/convert_roberta.py)."""
 
 import sys
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The ``budget-teacher-logits`` command, for a checkout without ``pip install`` (budget_plugin/cli/teacher_logits.py)."""
+"""The ``budget-teacher-logits`` command, for a checkout without ``pip install``
+(budget_plugin/cli/teacher_logits.py)."""
 
 import sys
 

@@ -51,7 +51,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help=f"tasks to prepare (default: all present; choices: {' '.join(LAYOUTS)})")
     parser.add_argument("--labelled-test", action="store_true",
                         help="test files are labelled, in the dev files' columns (your own held-out split, as "
-                        "examples/budgetformer/get_data.py writes them): binarize their labels too, so that fairseq-validate "
+                        "examples/budgetformer/get_data.py writes them): binarize their labels too, so that "
+                        "fairseq-validate "
                         "--valid-subset test scores them")
     add_prepare_arguments(parser)
     return parser.parse_args(argv)

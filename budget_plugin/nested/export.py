@@ -77,7 +77,8 @@ def export_counts(checkpoint: Path, head_ratio: str, data: Optional[Path] = None
         return dial.counts
     if data is None:
         raise DataError(f"--head-ratio {head_ratio}: a ratio exports the counts the dial runs on the split it was "
-                        "calibrated on: give that data folder (--data DATA_DIR), or the counts (--head-ratio 4,4,3,3,4,4)")
+                        "calibrated on: give that data folder (--data DATA_DIR), or the counts "
+                        "(--head-ratio 4,4,3,3,4,4)")
     record = state.get(RECORD)
     if not record:
         raise DataError(f"checkpoint {checkpoint}: no record of the split its dial was calibrated on: calibrate it "

@@ -59,8 +59,8 @@ class NestedRecipe:
     min_ffn_ratio: float = 0.25
 
 
-def nested_command(data: Path, model_pt: Path, reordered: Path, save_dir: Path, dense: finetune.Recipe, nested: NestedRecipe,
-                   updates: int, classes: int, cpu: bool = True, fp16: bool = False) -> list:
+def nested_command(data: Path, model_pt: Path, reordered: Path, save_dir: Path, dense: finetune.Recipe,
+                   nested: NestedRecipe, updates: int, classes: int, cpu: bool = True, fp16: bool = False) -> list:
     """fairseq-train's command line for the nested step, from the reordered dense model
     (of the converted encoder ``model_pt``'s size). No --layernorm-eps: the dense model
     was fine-tuned with fairseq's (1e-5), which the nested model keeps so that at full
@@ -178,7 +178,8 @@ def finetune_nested(model_dir: Path, data: Path, save_dir: Path, dense: finetune
     neuron_importance_file = save_dir / "neuron_importance.json"
     device = {"cpu": cpu, "fp16": fp16}
     dense_command = finetune.command("dense", data, model_dir, dense_dir, dense, examples, classes, **device)
-    nested_run = nested_command(data, model_dir / "model.pt", reordered, nested_dir, dense, nested, nested_updates, classes, **device)
+    nested_run = nested_command(data, model_dir / "model.pt", reordered, nested_dir, dense, nested, nested_updates,
+                                classes, **device)
     planned = {  # each step's record: what decides its output
         "dense": recorded(dense_command),
         "importance": {"examples": nested.importance_examples, "batch_size": dense.batch_size, "split": "train"},

@@ -154,7 +154,8 @@ def validate(
     """Score a checkpoint on every example of each subset with one fairseq-validate
     run (the criterion: the task's name unless given): ``{subset: metrics}``, ``bsz`` the number
     of examples scored. One process pays fairseq's start-up once; a subset's draws of
-    ``--head-selection random`` then depend on the subsets before it. ``head_ratio``: the budget dial (--head-ratio); ``user_dir``: a plugin that registers ``task``."""
+    ``--head-selection random`` then depend on the subsets before it. ``head_ratio``: the
+    budget dial (--head-ratio); ``user_dir``: a plugin that registers ``task``."""
     output = run([
         "fairseq-validate", data, "--user-dir", user_dir, "--path", checkpoint, "--task", task,
         "--criterion", criterion or task, "--valid-subset", ",".join(subsets), "--batch-size", batch_size,
