@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -40,10 +41,12 @@ BIN = Path(sys.executable).parent
 # The files that take longest, longest first (pytest --durations): `make test` runs them
 # first (--dist loadfile --no-loadscope-reorder), so that its two workers finish
 # together instead of one running the last long file alone.
-LONGEST_FIRST = ["test_cli.py", "test_reproduce.py", "test_latency_study.py", "test_hub_and_warm_start.py",
-                 "test_demo.py", "test_glue_metrics.py", "test_resume.py", "test_prepare_glue.py", "test_hydra.py",
-                 "test_distributed.py", "test_benchmark.py", "test_convert_bert.py", "test_bad_input.py",
-                 "test_determinism.py"]
+LONGEST_FIRST = ["test_demo.py", "test_installed.py", "test_reproduce.py", "test_cli.py", "test_latency_study.py",
+                 "test_distributed.py", "test_hub_and_warm_start.py", "test_benchmark.py",
+                 "test_distributed_sandwich.py", "test_resume.py", "test_checkpoints.py", "test_hydra.py",
+                 "test_glue_metrics.py", "test_convert_bert.py", "test_tools.py", "test_bad_input.py",
+                 "test_determinism.py", "test_gpu_heads.py", "test_edge_cases.py", "test_dial_edges.py",
+                 "test_prepare_glue.py", "test_wordpiece_data.py"]
 
 
 def pytest_collection_modifyitems(items):
@@ -184,9 +187,26 @@ while True:
 """
 
 
+_zygote = {}  # this test process's server and its socket, while it runs
+
+
+def _zygote_ready() -> bool:
+    """Whether the server is there to fork a command; its first command waits for its
+    imports (a fresh start would pay them again beside it)."""
+    if not _zygote:
+        return False
+    for _ in range(1200):
+        if os.path.exists(_zygote["path"]):
+            return True
+        if _zygote["server"].poll() is not None:
+            return False
+        time.sleep(0.05)
+    return False
+
+
 def _zygote_console_script(fresh, name):
     program = fresh(name)
-    if name not in _ZYGOTE_TOOLS or len(program) != 1:
+    if name not in _ZYGOTE_TOOLS or len(program) != 1 or not _zygote_ready():
         return program
     return [sys.executable, "-c", _CLIENT, _ZYGOTE_TOOLS[name], *program]
 
@@ -208,12 +228,14 @@ def _fairseq_tools_forked():
     forked = functools.partial(_zygote_console_script, fresh)
     forked.fresh = fresh  # what a fresh process runs (test_tools checks it)
     os.environ[_ZYGOTE_ENV] = path
+    _zygote.update(path=path, server=server)
     fairseq_cli.console_script = forked
     try:
         yield
     finally:
         fairseq_cli.console_script = fresh
         os.environ.pop(_ZYGOTE_ENV, None)
+        _zygote.clear()
         server.stdin.close()
         try:
             server.wait(timeout=30)
@@ -229,7 +251,7 @@ def console_script(name):
 
 def python_script(path):
     """The command line of ``python path`` as the tests run it (see above)."""
-    if os.environ.get(_ZYGOTE_ENV):
+    if _zygote_ready():
         return [sys.executable, "-c", _CLIENT, f"script:{path}", sys.executable, str(path)]
     return [sys.executable, str(path)]
 

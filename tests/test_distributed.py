@@ -23,7 +23,7 @@ import time
 import pytest
 import torch
 
-from conftest import BIN, REPO, make_classification_data, parse_metrics, run, train_args
+from conftest import BIN, REPO, console_script, make_classification_data, parse_metrics, run, train_args
 
 TOLERANCE = 1e-5
 SAME_UPDATES = ("--max-update", 4, "--save-interval-updates", 2, "--batch-size", 8,
@@ -31,6 +31,7 @@ SAME_UPDATES = ("--max-update", 4, "--save-interval-updates", 2, "--batch-size",
 CPU_DDP = ("--cpu", "--distributed-backend", "gloo", "--distributed-world-size", 2,
            "--distributed-init-method", "env://", "--distributed-no-spawn", "--ddp-backend", "legacy_ddp")
 PER_RANK = 'exec "$0" "$@" --distributed-rank "$RANK"'  # torchrun sets RANK for each process
+# (fairseq-train as the tests run it: conftest.console_script, forked with torchrun's environment)
 
 
 def torchrun(nproc, argv, timeout=300):
@@ -70,7 +71,7 @@ def test_two_cpu_processes_equal_one_process_with_the_whole_batch(data, tmp_path
     single_wall = time.monotonic() - start
     start = time.monotonic()
     args = train_args(data, tmp_path / "two", *SAME_UPDATES, *CPU_DDP)
-    double = torchrun(2, ["--no-python", "sh", "-c", PER_RANK, BIN / "fairseq-train", *args[1:]])
+    double = torchrun(2, ["--no-python", "sh", "-c", PER_RANK, *console_script("fairseq-train"), *args[1:]])
     double_wall = time.monotonic() - start
 
     assert "distributed init (rank 0): env://" in double and "distributed init (rank 1): env://" in double
@@ -115,7 +116,8 @@ def test_layerdrop_statistics_survive_two_workers_and_update_freq(data, tmp_path
     length skip different layers, as they do in real jobs."""
     single = per_layer_heads(run(train_args(data, tmp_path / "one", *LAYERDROP, "--update-freq", 4)))
     args = train_args(data, tmp_path / "two", *LAYERDROP, "--update-freq", 2, *CPU_DDP)
-    double = per_layer_heads(torchrun(2, ["--no-python", "sh", "-c", PER_RANK, BIN / "fairseq-train", *args[1:]]))
+    double = per_layer_heads(torchrun(2, ["--no-python", "sh", "-c", PER_RANK, *console_script("fairseq-train"),
+                                          *args[1:]]))
 
     for logged in (single, double):
         layers = [{k: v for k, v in line.items() if k.startswith("heads_l")} for line in logged]
