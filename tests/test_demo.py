@@ -124,8 +124,8 @@ def test_a_user_dials_exports_and_predicts_with_the_demos_model(quick):
     assert again.count("done before, with the same options") == 5 and "$ fairseq-train" not in again
     assert nested.read_bytes() == trained
     # other options are refused, naming the first step they change; nothing is touched
-    refused = subprocess.run([sys.executable, REPO / "scripts" / "finetune.py", model, data, checkpoints,
-                              "--min-heads", 1, "--epochs", 2, "--cpu", "--lr", "3e-4"],
+    refused = subprocess.run([sys.executable, *map(str, [REPO / "scripts" / "finetune.py", model, data, checkpoints,
+                                                         "--min-heads", 1, "--epochs", 2, "--cpu", "--lr", "3e-4"])],
                              capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert refused.returncode == 2 and "$ fairseq-train" not in refused.stdout
     assert f"error: {checkpoints}: its dense step was run with other options: --lr 0.0001 (now 0.0003)" in \
