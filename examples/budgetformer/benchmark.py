@@ -80,7 +80,7 @@ from budget_research.benchmark.dial import dial_benchmark, dial_table
 from budget_research.benchmark.run import run
 from budget_research.benchmark.tables import report_markdown
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]  # the repository: examples/budgetformer/ is two below
 DEFAULT = BenchmarkConfig()
 
 

@@ -61,7 +61,7 @@ from budget_research import (
 from budget_research.benchmark.dial import dial_benchmark  # noqa: E402
 from budget_research.head_pictures import head_pictures  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]  # the repository: examples/budgetformer/ is two below
 
 
 def write_toy_reviews(folder: Path, seed: int, sizes=(("train", 400), ("dev", 60), ("test", 60))) -> Path:

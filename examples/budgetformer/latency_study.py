@@ -41,7 +41,7 @@ from budget_research.study import (
 from budget_research.study.options import add_study_options, study_config  # noqa: E402
 from budget_research.study.prepare import prepare  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]  # the repository: examples/budgetformer/ is two below
 
 
 def parse_args(argv=None):

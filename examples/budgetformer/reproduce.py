@@ -65,7 +65,7 @@ from budget_research.study.options import add_study_options, study_config  # noq
 from budget_research.study.plan import Latency, Plan, StudyConfig  # noqa: E402
 from budget_research.study.prepare import prepare  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]  # the repository: examples/budgetformer/ is two below
 
 
 def parse_args(argv=None):

@@ -1,0 +1,33 @@
+"""The layout's two promises: the product (budget_plugin, every module of it) never
+imports the studies, and the studies' commands under examples/budgetformer/ find the
+repository they write their results and caches in."""
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+PRODUCT_NEVER_IMPORTS_RESEARCH = """
+import importlib, pkgutil, sys
+import budget_plugin
+for module in pkgutil.walk_packages(budget_plugin.__path__, "budget_plugin."):
+    importlib.import_module(module.name)
+print(sorted(name for name in sys.modules if name.split(".")[0] in ("budget_research", "matplotlib")))
+"""
+
+
+def test_no_module_of_the_product_imports_the_studies():
+    found = subprocess.run([sys.executable, "-c", PRODUCT_NEVER_IMPORTS_RESEARCH], cwd=REPO / "tests",
+                           capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == "[]", found.stdout
+
+
+@pytest.mark.parametrize("script", ["demo", "reproduce", "latency_study", "benchmark"])
+def test_the_studies_commands_find_the_repository(script):
+    spec = importlib.util.spec_from_file_location(f"layout_{script}", REPO / "examples" / "budgetformer" / f"{script}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.REPO == REPO and (module.REPO / "setup.py").is_file()
