@@ -130,8 +130,9 @@ def test_layerdrop_statistics_survive_two_workers_and_update_freq(data, tmp_path
 # Real torch DDP (the reducer fairseq's --ddp-backend c10d uses, here on CPU with gloo)
 # around the real model and criterion: examples and processes that select different
 # heads leave no budgeted-attention parameter unused; only RoBERTa's LM head is.
-DDP_WORKER = r"""
-import json, sys
+# A worker's first lines: argv[1] the repository, argv[2] where it writes its result.
+DDP_PREAMBLE = r"""
+import copy, json, sys
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tests"]
 from types import SimpleNamespace
 import torch, torch.distributed as dist
@@ -144,6 +145,8 @@ from fairseq.distributed import ModuleProxyWrapper
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
+"""
+DDP_WORKER = DDP_PREAMBLE + r"""
 criterion = BudgetSentencePredictionCriterion(
     BudgetSentencePredictionConfig(), SimpleNamespace(label_dictionary=Dictionary()))
 

@@ -14,22 +14,9 @@ import json
 import pytest
 
 from conftest import BIN, REPO, build_model, make_classification_data, train_args
-from test_distributed import CPU_DDP, PER_RANK, torchrun
+from test_distributed import CPU_DDP, DDP_PREAMBLE, PER_RANK, torchrun
 
-WORKER = r"""
-import copy, json, sys
-sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tests"]
-from types import SimpleNamespace
-import torch, torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
-from conftest import build_model, random_tokens
-from budget_plugin.criterions.budget_sentence_prediction import (
-    BudgetSentencePredictionConfig, BudgetSentencePredictionCriterion)
-from fairseq.data import Dictionary
-from fairseq.distributed import ModuleProxyWrapper
-
-dist.init_process_group("gloo")
-rank = dist.get_rank()
+WORKER = DDP_PREAMBLE + r"""
 criterion = BudgetSentencePredictionCriterion(
     BudgetSentencePredictionConfig(sandwich_widths=3, distill_weight=0.5, target_head_ratio=0.5),
     SimpleNamespace(label_dictionary=Dictionary()))
