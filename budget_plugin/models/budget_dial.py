@@ -12,7 +12,7 @@ import numpy
 import torch
 
 from ..config import OptionError, require
-from ..modules.router import NO_DIAL, LayerDial
+from ..modules.layer_dial import NO_DIAL, LayerDial
 
 # the mean head ratios at which nested/calibration.py calibrates the budget dial
 # (--head-ratio) besides the ends of the range it accepts, --min-heads / H and 1

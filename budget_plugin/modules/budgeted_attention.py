@@ -15,7 +15,8 @@ from ..config import BudgetConfig
 from . import gpu_heads, head_subset, prefix_heads
 from .flops import attention_flops
 from .head_subset import HeadMajorWeights, head_major, keep_mask, merge_heads, split_heads
-from .router import NO_DIAL, HeadRoute, HeadRouter, LayerDial
+from .layer_dial import NO_DIAL, LayerDial
+from .router import HeadRoute, HeadRouter
 from .statistics import LayerStatistics
 
 ROUTER_KEYS = ("relevance_proj.", "budget_proj.", "static_logits", "random_seed")

@@ -9,7 +9,7 @@ from torch import Tensor
 from ..config import BudgetConfig
 from .budgeted_attention import BudgetedAttention
 from .flops import ffn_flops
-from .router import NO_DIAL, LayerDial
+from .layer_dial import NO_DIAL, LayerDial
 
 
 class BudgetedEncoderLayer(TransformerEncoderLayerBase):

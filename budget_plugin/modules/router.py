@@ -49,19 +49,7 @@ from torch import Tensor, nn
 
 from ..config import BudgetConfig
 from .exploration import Exploration, exploration_at
-
-
-class LayerDial(NamedTuple):
-    """The budget dial as one layer runs it. Its heads part (``shift``, ``heads``)
-    applies at evaluation only (training ignores it: the predictor is trained as it
-    predicts); its FFN width applies in training too (the sandwich's widths)."""
-
-    shift: float = 0.0  # added to the budget logit of every input
-    heads: Optional[int] = None  # a fixed count for every input, no predictor
-    neurons: Optional[int] = None  # the FFN runs its first this many neurons (None: all)
-
-
-NO_DIAL = LayerDial()
+from .layer_dial import NO_DIAL, LayerDial
 
 
 class HeadRoute(NamedTuple):
