@@ -129,10 +129,7 @@ class BudgetDial:
         if selection == "pruned":
             if isinstance(head_ratio, HeadRatio):
                 head_ratio = head_ratio.ratio if head_ratio.counts is None else ",".join(map(str, head_ratio.counts))
-            raise OptionError(
-                f"--head-ratio {head_ratio}: this is a fixed-width model (an export, --head-selection pruned, "
-                f"heads per layer {self.args.fixed_heads}) and has no budget dial: dial the nested checkpoint "
-                "it was exported from, or export another width")
+            raise self.no_dial("--head-ratio", head_ratio)
         if not self.budget.predicts_budget:
             raise OptionError(f"--head-ratio needs a model with a budget predictor (--head-selection nested or "
                               f"learned), not {selection}")
@@ -143,15 +140,20 @@ class BudgetDial:
             return Dial(counts=tuple(head_ratio.counts))
         return Dial(shift=self.dial_shift(head_ratio.ratio))
 
+    def no_dial(self, option: str, value) -> OptionError:
+        """The refusal of a dial ``option`` on a fixed-width model (an export)."""
+        return OptionError(
+            f"{option} {value}: this is a fixed-width model (an export, --head-selection pruned, heads per layer "
+            f"{self.args.fixed_heads}) and has no budget dial: dial the nested checkpoint it was exported from, "
+            "or export another width")
+
     def width_dial(self, width) -> Dial:
         """The :class:`Dial` of a --width value (models/width.py): counts of heads and
         FFN neurons per layer, no router. A fixed-width model (an export) has no dial."""
         from .width import Width, parse_width
 
         if self.budget.head_selection == "pruned":
-            raise OptionError(f"--width {width.option() if isinstance(width, Width) else width}: this is a "
-                              "fixed-width model (an export) and has no dial: dial the nested checkpoint it was "
-                              "exported from, or export another width")
+            raise self.no_dial("--width", width.option() if isinstance(width, Width) else width)
         if not isinstance(width, Width):
             args = self.args
             width = parse_width(width, args.encoder_layers, args.encoder_attention_heads,

@@ -87,9 +87,8 @@ def export_counts(checkpoint: Path, head_ratio: str, data: Optional[Path] = None
     return dialled_counts(model, split_batches(task, batch_size, record["split"]), head_ratio)
 
 
-def export_width(checkpoint: Path, width: str) -> Width:
-    """``--width``'s heads and neurons per layer for an export."""
-    args = model_options(read(checkpoint))
+def export_width(args: argparse.Namespace, width: str) -> Width:
+    """``--width``'s heads and neurons per layer for an export of a model with options ``args``."""
     check_nested(args)
     try:
         return parse_width(width, args.encoder_layers, args.encoder_attention_heads, args.encoder_ffn_embed_dim,
@@ -141,12 +140,13 @@ def export_pruned(checkpoint: Path, out: Path, head_ratio: Optional[str] = None,
     Returns the heads and neurons per layer."""
     if (head_ratio is None) == (width is None):
         raise DataError("export: give --head-ratio (heads) or --width (heads and FFN neurons), one of them")
+    state = read(checkpoint)
+    args = model_options(state)
     if width is not None:
-        cut = export_width(checkpoint, width)
+        cut = export_width(args, width)
     else:
         counts = export_counts(checkpoint, head_ratio, data)
-        cut = Width(tuple(counts), tuple([model_options(read(checkpoint)).encoder_ffn_embed_dim] * len(counts)))
-    state = read(checkpoint)
+        cut = Width(tuple(counts), (args.encoder_ffn_embed_dim,) * len(counts))
     buffer = io.BytesIO()
     torch.save(pruned_checkpoint(state, list(cut.heads), None if width is None else list(cut.neurons)), buffer)
     write_atomic(out, buffer.getvalue())
