@@ -10,7 +10,6 @@ BUDGET_NETWORK_TESTS=1 (pytest -m network).
 """
 
 import argparse
-import importlib.util
 import json
 import math
 import os

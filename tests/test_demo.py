@@ -150,6 +150,23 @@ def test_a_user_dials_exports_and_predicts_with_the_demos_model(quick):
     assert (pruned["heads_l0"], pruned["heads_l1"]) == (1, 3)
     assert pruned["accuracy"] == fixed["accuracy"] and pruned["loss"] == pytest.approx(fixed["loss"], abs=2e-3)
 
+    # the width dial: its allocation chosen on dev, run by fairseq-validate, exported
+    allocation = json.loads((checkpoints / "nested" / "calibration.json").read_text())["allocation"]
+    assert allocation["chosen"] in ("uniform", "importance") and sorted(allocation["widths"]) == ["importance",
+                                                                                                  "uniform"]
+    stored = torch.load(nested, weights_only=True)["model"]["head_priority"]
+    assert (stored.numel() > 0) == (allocation["chosen"] == "importance")
+    width = validate(nested, data, "--width", "0.5")
+    chosen = allocation["widths"][allocation["chosen"]]["0.5"]["width"]  # heads:neurons per layer
+    assert [width["heads_l0"], width["heads_l1"]] == [int(pair.split(":")[0]) for pair in chosen.split(",")]
+    assert width["neurons"] == pytest.approx(sum(int(pair.split(":")[1]) for pair in chosen.split(",")) / 2, abs=0.1)
+    assert width["model_flops_ratio"] < 0.7
+    script("export_pruned.py", nested, root / "export-width", "--width", "0.5")
+    cut = validate(root / "export-width" / "checkpoint_pruned.pt", data)
+    assert (cut["heads_l0"], cut["heads_l1"], cut["neurons"]) == (width["heads_l0"], width["heads_l1"],
+                                                                 width["neurons"])
+    assert cut["accuracy"] == width["accuracy"] and cut["loss"] == pytest.approx(width["loss"], abs=2e-3)
+
     predictions = script("predict.py", "--checkpoint-dir", checkpoints / "nested", "--data", data,
                          "--head-ratio", "1,3", stdin="a great and moving film .\nthe plot was dull .\n")
     rows = [line.split("\t") for line in predictions.splitlines()[1:]]

@@ -3,6 +3,7 @@ shift of the budget logits, or fixed counts), its calibration, the physically pr
 export, and the criterion's sandwich of widths."""
 
 import argparse
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from test_model import make_criterion, make_sample
 from budget_plugin.models.budget_dial import Dial, HeadRatio, calibration_ratios, parse_head_ratio
 from budget_plugin.nested.calibration import calibrate, mean_ratio
 from budget_plugin.nested.export import pruned_checkpoint, whole_counts
+from budget_plugin.tasks.budget_sentence_prediction import BudgetSentencePredictionTask
 from conftest import build_model, random_tokens
 
 HEAD = "sentence_classification_head"
@@ -172,9 +174,10 @@ def without_dropout(model):
 
 
 def test_the_sandwich_adds_every_width_distilled_from_the_full_one():
-    """--sandwich-widths 3: the loss is the router pass's (mixed with the full width's
-    distillation) + the full width's task loss + the smallest's and one random width's
-    mixed losses; computed here by hand from forced runs under the same seed."""
+    """--sandwich-widths 3: the loss is the full width's task loss + the smallest's and
+    one random width's losses mixed with the full width's distillation + the router
+    pass's (mixed the same way); computed here by hand from forced runs under the same
+    seed, in the criterion's order (full, smallest, random, router)."""
     model = without_dropout(nested_model(min_heads=1).train())
     sample = make_sample()
     criterion = make_criterion(sandwich_widths=3, distill_weight=0.5, distill_temperature=2.0,
@@ -183,7 +186,6 @@ def test_the_sandwich_adds_every_width_distilled_from_the_full_one():
     loss, size, logs = criterion(model, sample)
     torch.manual_seed(5)
     full = criterion.width_logits(model, sample, None)
-    logits, _ = model(**sample["net_input"], features_only=True, classification_head_name=HEAD)
     random_width = torch.randint(1, 5, (2,)).tolist()
     target = sample["target"]
 
@@ -196,12 +198,46 @@ def test_the_sandwich_adds_every_width_distilled_from_the_full_one():
         smallest = model(**sample["net_input"], features_only=True, classification_head_name=HEAD)[0]
     with model.forced_heads(random_width):
         drawn = model(**sample["net_input"], features_only=True, classification_head_name=HEAD)[0]
+    logits, _ = model(**sample["net_input"], features_only=True, classification_head_name=HEAD)
     widths = F.cross_entropy(full, target, reduction="sum") + mixed(smallest) + mixed(drawn)
     assert logs["width_loss"].item() == pytest.approx(widths.item(), rel=1e-5)
     assert loss.item() == pytest.approx((mixed(logits) + widths).item(), rel=1e-5)
     loss.backward()
     budget = model.encoder.sentence_encoder.layers[0].self_attn.router.budget_proj.weight
     assert budget.grad is not None and budget.grad.abs().sum() > 0, "the router's pass trains the budget"
+
+
+@pytest.mark.parametrize("min_ffn_ratio", [0.0, 0.25])
+def test_train_step_backpropagates_each_width_as_it_comes_to_the_same_gradient(min_ffn_ratio):
+    """The task's train_step hands the criterion its optimizer's backward: every pass of
+    the sandwich is backpropagated as soon as it is computed (one graph alive at a time),
+    and the gradient is the one of the summed loss, with dropout on (same seed)."""
+    task = SimpleNamespace(label_dictionary=None)
+    criterion = make_criterion(sandwich_widths=4, min_ffn_ratio=min_ffn_ratio, distill_weight=0.5)
+    model = nested_model(min_heads=1, encoder_ffn_embed_dim=32).train()
+    sample = make_sample()
+    calls = []
+
+    class Optimizer:  # what train_step uses of fairseq's optimizer
+        def backward(self, loss):
+            calls.append(loss.item())
+            loss.backward()
+
+    torch.manual_seed(3)
+    loss, size, logs = BudgetSentencePredictionTask.train_step(task, sample, model, criterion, Optimizer(), 0)
+    by_pass = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    model.zero_grad()
+    torch.manual_seed(3)
+    summed, _, summed_logs = criterion(model, sample)
+    summed.backward()
+    at_once = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    assert len(calls) == 5, "the full width, the smallest, two random ones, the router's pass"
+    assert not loss.requires_grad and loss.item() == pytest.approx(sum(calls), rel=1e-6)
+    assert loss.item() == pytest.approx(summed.item(), rel=1e-6)
+    assert logs["width_loss"].item() == pytest.approx(summed_logs["width_loss"].item(), rel=1e-6)
+    assert len(by_pass) == len(at_once)
+    for a, b in zip(by_pass, at_once):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_no_sandwich_in_evaluation():

@@ -25,7 +25,7 @@ def test_no_module_of_the_product_imports_the_studies():
     assert found.stdout.strip() == "[]", found.stdout
 
 
-@pytest.mark.parametrize("script", ["demo", "reproduce", "latency_study", "benchmark"])
+@pytest.mark.parametrize("script", ["demo", "reproduce", "latency_study", "benchmark", "width_study", "nested_memory"])
 def test_the_studies_commands_find_the_repository(script):
     spec = importlib.util.spec_from_file_location(f"layout_{script}", REPO / "examples" / "budgetformer" / f"{script}.py")
     module = importlib.util.module_from_spec(spec)

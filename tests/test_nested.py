@@ -14,7 +14,7 @@ from test_fast_path import WeightCopies, cuda_layout
 from budget_plugin.config import BudgetConfig
 from budget_plugin.modules import BudgetedAttention, BudgetedEncoderLayer, HeadRouter, prefix_heads
 from budget_plugin.modules.flops import attention_flops, flop_counter
-from conftest import PLUGIN_DIR, build_model, make_classification_data, parse_metrics, random_tokens, run, train_args
+from conftest import build_model, random_tokens
 
 T, C, H = 12, 48, 6
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -192,6 +192,36 @@ def test_training_gates_every_head_and_the_budget_learns_from_the_task():
     assert attention.router.budget_proj.weight.grad.abs().sum() > 0
     assert attention.q_proj.weight.grad[:C // H].abs().sum() > 0, "head 0 always runs"
     assert torch.equal(stats["selected"], torch.arange(H) < stats["heads"][:, None])
+
+
+@pytest.mark.parametrize("count", [1, 4, H])
+def test_training_at_a_forced_count_computes_that_prefix_with_the_gated_paths_gradients(count):
+    """The sandwich's fixed widths train on the first ``count`` heads alone (less time
+    and memory): the output and every gradient are those of every head computed and
+    gated (the others' gates are 0, with no gradient to the budget)."""
+    attention = nested_attention().train()
+    attention.dropout_module.p = 0.0
+    x, mask = inputs(5)
+
+    def run(prefix: bool):
+        attention.zero_grad()
+        source = x.clone().requires_grad_()
+        with attention.router.forced(count):
+            route = attention.router(source, mask)
+            out = attention.attend_all_heads(source, mask, route.gate, count if prefix else None)
+        (out * torch.linspace(-1, 1, C)).sum().backward()
+        return out, source.grad, {n: p.grad.clone() for n, p in attention.named_parameters() if p.grad is not None}
+
+    (out, dx, grads), (full, dx_full, grads_full) = run(prefix=True), run(prefix=False)
+    torch.testing.assert_close(out, full, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(dx, dx_full, rtol=1e-5, atol=1e-6)
+    assert sorted(grads) == sorted(grads_full)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, grads_full[name], rtol=1e-5, atol=1e-6)
+    rows = count * C // H
+    assert grads["q_proj.weight"][rows:].abs().sum() == 0 and grads["q_proj.weight"][:rows].abs().sum() > 0
+    with attention.router.forced(count):  # the module's own forward takes the prefix at a fixed count
+        torch.testing.assert_close(attention(x, key_padding_mask=mask)[0], full.detach(), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("options, message", [

@@ -232,6 +232,11 @@ def test_cached_record_is_reused_only_with_the_same_settings(tmp_path):
     assert cached_record(path, updates=20, fixed_heads=[2.0, 2.0]) is None
     write_json(path, {"updates": 20, "lr": 5e-4})  # a record without the key: it counts as None
     assert cached_record(path, updates=20, fixed_heads=None) is not None
+    # settings nested in a dict (a recipe's) are compared key by key, with the same rule
+    write_json(path, {"recipe": {"lr": 5e-4, "batch_size": 32}})
+    assert cached_record(path, recipe={"lr": 5e-4, "batch_size": 32, "max_tokens": None}) is not None
+    assert cached_record(path, recipe={"lr": 5e-4, "batch_size": 32, "max_tokens": 8192}) is None
+    assert cached_record(path, recipe={"lr": 1e-4, "batch_size": 32}) is None
 
 
 def test_mean_std():

@@ -7,8 +7,9 @@ import torch
 from test_dial import HEAD, checkpoint_of, nested_model
 
 from budget_plugin.models.budget_dial import Dial
-from budget_plugin.models.width import Width, parse_width, uniform_width
-from budget_plugin.nested.export import pruned_checkpoint
+from budget_plugin.models.width import Width, allocated, parse_width, uniform_width
+from budget_plugin.nested.allocation import priorities
+from budget_plugin.nested.export import export_width, pruned_checkpoint
 from budget_plugin.tools.checkpoints import as_budgetformer
 from conftest import build_model, random_tokens
 
@@ -100,6 +101,40 @@ def test_the_export_at_a_width_is_smaller_and_predicts_what_the_dialled_model_pr
                                    model(tokens, classification_head_name=HEAD, dial=setting)[0], rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="--width 0.5: this is a fixed-width model"):
         exported.width_dial("0.5")
+
+
+def test_the_allocation_ranks_every_layers_units_together_and_keeps_prefixes():
+    importance = torch.tensor([[4.0, 3.0, 2.0, 1.0],  # one layer's units matter evenly...
+                               [9.0, 0.1, 0.1, 0.1]])  # ... the other's in one unit
+    ranked = priorities(importance[:, [2, 0, 3, 1]], kept=1)  # any order in: decreasing out
+    assert torch.isinf(ranked[:, 0]).all() and (ranked[:, 1:].diff(dim=1) <= 0).all()
+    assert allocated(0.5, ranked) == (3, 1)  # 4 of 8: the even layer keeps more
+    assert allocated(0.25, ranked) == (1, 1)  # the kept minimum, whatever the ratio
+    assert allocated(0.01, ranked) == (1, 1)
+    assert allocated(1.0, ranked) == (4, 4)
+    for ratio in (0.3, 0.5, 0.75):
+        assert sum(allocated(ratio, ranked)) == max(2, round(ratio * 8))
+    flat = priorities(torch.ones(3, 8), kept=2)  # equal priorities: the same in every layer
+    assert allocated(0.5, flat) == (4, 4, 4)
+
+
+def test_a_stored_allocation_dials_loads_and_exports_as_the_model_allocates():
+    torch.manual_seed(0)
+    model = nested_model(min_heads=1)
+    assert model.width_dial("0.5") == uniform_width(0.5, L, H, F, 1).dial()
+    heads = priorities(torch.tensor([[1.0, 1, 1, 1], [4.0, 0.1, 0.1, 0.1]]), kept=1)
+    neurons = priorities(torch.cat([torch.ones(1, F), torch.linspace(1, 0, F)[None] ** 8]), kept=8)
+    model.store_priorities(heads, neurons)
+    setting = model.width_dial("0.5")
+    assert setting.counts == (3, 1) and setting.neurons[0] > setting.neurons[1] >= 8
+    assert sum(setting.neurons) == F
+    state = checkpoint_of(model)
+    loaded = as_budgetformer(state)  # the checkpoint keeps the allocation
+    assert loaded.width_dial("0.5") == setting
+    assert export_width(state, "0.5").dial() == setting  # and the export cuts it
+    assert as_budgetformer(checkpoint_of(nested_model())).width_priorities() is None  # none stored: uniform
+    model.store_priorities(None, None)
+    assert model.width_dial("0.5") == uniform_width(0.5, L, H, F, 1).dial()
 
 
 def test_a_width_and_a_head_ratio_are_not_given_together():

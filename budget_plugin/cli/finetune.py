@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from budget_plugin.data.binarize import num_classes
+from budget_plugin.models.width import WIDTHS
 from budget_plugin.nested import finetune
 from budget_plugin.nested.recipe import NestedRecipe, finetune_nested
 from budget_plugin.tools.checkpoints import load_checkpoint
@@ -35,7 +36,6 @@ from budget_plugin.tools.fairseq_cli import CommandFailed
 from budget_plugin.tools.progress import log
 
 DIAL = ("1", "0.75", "0.5", "0.3", "0.2")
-WIDTHS = ("0.75", "0.5", "0.4", "0.3", "0.25")
 
 
 def main(argv=None) -> int:
@@ -49,6 +49,9 @@ def main(argv=None) -> int:
     parser.add_argument("--lr", type=float, default=dense.lr, help="both fine-tunings' (default: %(default)s)")
     parser.add_argument("--epochs", type=int, default=dense.epochs, help="of the dense step (default: %(default)s)")
     parser.add_argument("--max-updates", type=int, help="cap on each step's updates (the study's: 240 for MR)")
+    parser.add_argument("--max-tokens", type=int, default=dense.max_tokens,
+                        help="a batch's pieces, padding included, at most: a batch with a long text holds fewer "
+                        "examples, so that memory stays bounded; 0: --batch-size alone (default: %(default)s)")
     parser.add_argument("--validate-interval-updates", type=int, default=0,
                         help="also score dev every N updates within an epoch (default: at its end)")
     parser.add_argument("--min-heads", type=int, default=nested.min_heads,
@@ -78,6 +81,7 @@ def main(argv=None) -> int:
         if args.num_classes is not None and args.num_classes != classes:
             raise DataError(f"--num-classes {args.num_classes}, but {args.data_dir}/label/dict.txt has {classes}")
         recipe = finetune.Recipe(lr=args.lr, epochs=args.epochs, seed=args.seed, max_updates=args.max_updates,
+                                 max_tokens=args.max_tokens or None,
                                  validate_interval_updates=args.validate_interval_updates, save_optimizer=False)
         budgets = NestedRecipe(lr=args.lr, max_updates=args.max_updates, min_heads=args.min_heads,
                                sandwich_widths=args.sandwich_widths, min_ffn_ratio=args.min_ffn_ratio)

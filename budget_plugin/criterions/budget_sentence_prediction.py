@@ -1,8 +1,9 @@
 """Sentence prediction loss plus BudgetFormer's budget and exploration terms."""
 
+import contextlib
 import math
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -103,6 +104,28 @@ class _Recorder:
         return self.output
 
 
+class _Passes:
+    """An update's losses, one per forward pass: summed into one loss for one backward,
+    or, given ``backward``, each backpropagated as it comes (then the total is detached).
+    Under data parallelism every pass but the last accumulates its gradients locally
+    (DDP's ``no_sync``), so that they are reduced once per update."""
+
+    def __init__(self, model, backward: Optional[Callable[[Tensor], None]]):
+        self.model, self.backward, self.total = model, backward, 0.0
+
+    def unsynced(self):
+        no_sync = getattr(self.model, "no_sync", None)
+        return no_sync() if self.backward is not None and no_sync is not None else contextlib.nullcontext()
+
+    def add(self, loss: Tensor) -> Tensor:
+        if self.backward is None:
+            self.total = self.total + loss
+            return loss
+        self.backward(loss)
+        self.total = self.total + loss.detach()
+        return loss.detach()
+
+
 @register_criterion("budget_sentence_prediction", dataclass=BudgetSentencePredictionConfig)
 class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
     """fairseq's ``sentence_prediction`` loss (cross-entropy, or MSE with
@@ -111,10 +134,11 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
     (``extra["budget"]``, one dict per layer), the rate from the model's schedule.
     With ``--distill-logits`` the cross-entropy of training is mixed with a dense
     teacher's distillation term (:meth:`distillation`). With ``--sandwich-widths N``
-    every update also trains N fixed widths (every head, the smallest, random ones),
-    so that one nested model serves every budget (:meth:`width_fit`). ``--report-mcc``,
-    ``--report-acc-and-f1`` and ``--report-pearson-and-spearman`` report GLUE's
-    metrics as ``sentence_prediction`` does, beside the budget statistics."""
+    every update also trains N fixed widths (every head, the smallest, random ones:
+    :meth:`widths`), each its own forward pass, so that one nested model serves every
+    budget. ``--report-mcc``, ``--report-acc-and-f1`` and
+    ``--report-pearson-and-spearman`` report GLUE's metrics as ``sentence_prediction``
+    does, beside the budget statistics."""
 
     def __init__(self, cfg: BudgetSentencePredictionConfig, task):
         super().__init__(cfg, task)
@@ -140,18 +164,37 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
             require(cfg.distill_temperature > 0, "distill-temperature", "> 0", cfg.distill_temperature)
             self.distill_weight, self.distill_temperature = cfg.distill_weight, cfg.distill_temperature
 
-    def forward(self, model, sample, reduce=True):
+    def forward(self, model, sample, reduce=True, backward: Optional[Callable[[Tensor], None]] = None):
+        """The update's loss, sample size and logging output. With the sandwich, each
+        width is a forward pass of its own: given ``backward`` (the task's train_step
+        gives its optimizer's), each pass's loss is backpropagated as soon as it is
+        computed, so that one pass's graph is alive at a time, not every width's (the
+        gradient is the same sum), and the returned loss is detached."""
         if not hasattr(model, "exploration"):
             raise OptionError(
                 "criterion budget_sentence_prediction needs a model that returns budget "
                 "statistics (--arch budgetformer*); use sentence_prediction for others"
             )
         sandwich = bool(self.sandwich_widths) and model.training
-        # every head first: the other widths distil its logits (in place, detached)
-        full = self.width_logits(model, sample, None) if sandwich else None
-        # the parent's forward gives the task loss, accuracy and GLUE's predictions
-        # (--report-mcc ...) exactly as sentence_prediction does; it drops the model's
-        # extra, which the recorder keeps
+        passes = _Passes(model, backward)
+        width_loss = full = None
+        if sandwich:
+            # every head first: the other widths distil its logits (in place, detached);
+            # it learns from the cached teacher only: in place, it is the teacher
+            with passes.unsynced():
+                full = self.width_logits(model, sample, None)
+                cached = self.teacher_logits(sample, None, full.size(1))
+                width_loss = passes.add(self.fitted(self.task_loss(full, sample), full, cached))
+            full = full.detach()
+            teacher = self.teacher_logits(sample, full, full.size(1))
+            for heads, neurons in self.widths(model):
+                with passes.unsynced():
+                    logits = self.width_logits(model, sample, heads, neurons)
+                    width_loss = width_loss + passes.add(self.fitted(self.task_loss(logits, sample), logits, teacher))
+        # the router's pass last: it uses every parameter, so that data parallelism can
+        # reduce the update's gradients once, after it. The parent's forward gives the
+        # task loss, accuracy and GLUE's predictions (--report-mcc ...) exactly as
+        # sentence_prediction does; it drops the model's extra, which the recorder keeps
         recorder = _Recorder(model)
         task_loss, sample_size, logging_output = super().forward(recorder, sample, reduce)
         logits, extra = recorder.output
@@ -161,18 +204,13 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
         if teacher is not None:
             distill_loss = self.distillation(logits, teacher)
             fit = (1 - self.distill_weight) * task_loss + self.distill_weight * distill_loss
-        if sandwich:
-            # the full width learns from the cached teacher only: in place, it is the teacher
-            width_loss = self.width_fit(model, sample, full, teacher, teacher if self.teacher is not None else None)
-            fit = fit + width_loss
-            logging_output["width_loss"] = width_loss.data
 
         exploration = model.exploration()
         # on the logits' device: fairseq's all-reduce groups values by device
         zero = logits.new_zeros((), dtype=torch.float)
         budget_term = self.budget_term(layers) if layers else zero  # --encoder-layerdrop can skip all
         entropy = self.relevance_entropy(layers) if layers else zero
-        loss = (
+        passes.add(
             fit
             + sample_size * self.budget_weight * budget_term
             - sample_size * self.exploration_weight * exploration.rate * entropy
@@ -180,7 +218,7 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
         num_layers = len(model.encoder.sentence_encoder.layers)  # run or skipped
         logging_output.update(budget_logs(layers, num_layers, sample_size, zero))
         logging_output.update(
-            loss=loss.data,
+            loss=passes.total.data,
             task_loss=task_loss.data,
             budget_term=budget_term.data * sample_size,
             exploration_term=-entropy.data * sample_size,
@@ -188,9 +226,11 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
             explore_rate=exploration.rate * sample_size,
             temperature=exploration.temperature * sample_size,
         )
+        if width_loss is not None:
+            logging_output["width_loss"] = width_loss.data
         if distill_loss is not None:
             logging_output["distill_loss"] = distill_loss.data
-        return loss, sample_size, logging_output
+        return passes.total, sample_size, logging_output
 
     def width_logits(self, model, sample, heads: Optional[List[int]], neurons: Optional[List[int]] = None) -> Tensor:
         """The classifier's logits with ``heads`` heads in each layer (None: every head)
@@ -209,29 +249,22 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
             return F.mse_loss(logits.view(-1).float(), targets.float(), reduction="sum")
         return F.nll_loss(F.log_softmax(logits, dim=-1, dtype=torch.float32), targets, reduction="sum")
 
-    def width_fit(self, model, sample, full: Tensor, teacher: Optional[Tensor],
-                  full_teacher: Optional[Tensor]) -> Tensor:
-        """The sandwich's widths, summed: the full width's task loss (mixed with
-        ``full_teacher``'s distillation, if any), then the smallest and random widths',
-        each mixed with ``teacher``'s. Random widths come from torch's generator, which
-        fairseq seeds per update."""
+    def widths(self, model) -> List[Tuple[List[int], Optional[List[int]]]]:
+        """The sandwich's narrower widths for this update, (heads, FFN neurons) per layer
+        (neurons None: the FFN is not nested): the smallest, then random ones, drawn from
+        torch's generator, which fairseq seeds per update."""
         H, L, m = model.args.encoder_attention_heads, model.args.encoder_layers, model.budget.min_heads
         every = model.args.encoder_ffn_embed_dim
         fewest = max(1, round(self.min_ffn_ratio * every))
 
-        def neurons(draw: bool) -> Optional[List[int]]:  # None: the FFN is not nested
+        def neurons(draw: bool) -> Optional[List[int]]:
             if not self.min_ffn_ratio:  # and no neuron is drawn: the generator's stream stays as it was
                 return None
             return torch.randint(fewest, every + 1, (L,)).tolist() if draw else [fewest] * L
 
         smallest = [([m] * L, neurons(draw=False))] if self.sandwich_widths > 1 else []
-        widths = smallest + [(torch.randint(m, H + 1, (L,)).tolist(), neurons(draw=True))
-                             for _ in range(self.sandwich_widths - 2)]
-        total = self.fitted(self.task_loss(full, sample), full, full_teacher)
-        for heads, cut in widths:
-            logits = self.width_logits(model, sample, heads, cut)
-            total = total + self.fitted(self.task_loss(logits, sample), logits, teacher)
-        return total
+        return smallest + [(torch.randint(m, H + 1, (L,)).tolist(), neurons(draw=True))
+                           for _ in range(self.sandwich_widths - 2)]
 
     def fitted(self, task_loss: Tensor, logits: Tensor, teacher: Optional[Tensor]) -> Tensor:
         if teacher is None:

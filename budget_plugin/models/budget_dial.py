@@ -25,7 +25,11 @@ DIAL_RATIOS = (0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.75, 0.9)
 # per ratio of that day's DIAL_RATIOS, zeros when uncalibrated, and rows at or under
 # --min-heads / H hold a placeholder shift (-40), not a calibration. Format 2: every row
 # of ``head_dial`` is calibrated (none when uncalibrated), sorted by ratio, any number.
-STATE_FORMAT = 2
+# Format 3: also ``head_priority`` (L x H) and ``neuron_priority`` (L x F), the width
+# dial's allocation (models/width.py), or no rows: the same width in every layer.
+STATE_FORMAT = 3
+# the buffers of a dial's calibration, which a model without a dial (an export) lacks
+DIAL_BUFFERS = ("head_dial", "head_priority", "neuron_priority")
 
 
 def calibration_ratios(min_heads: int, num_heads: int, ratios: Sequence[float] = DIAL_RATIOS) -> List[float]:
@@ -157,8 +161,20 @@ class BudgetDial:
         if not isinstance(width, Width):
             args = self.args
             width = parse_width(width, args.encoder_layers, args.encoder_attention_heads,
-                                args.encoder_ffn_embed_dim, self.budget.min_heads)
+                                args.encoder_ffn_embed_dim, self.budget.min_heads, self.width_priorities())
         return width.dial()
+
+    def width_priorities(self) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
+        """The heads' and neurons' priorities that allocate a --width ratio to the
+        layers; None where none were stored (every layer the same ratio)."""
+        if not hasattr(self, "head_priority") or self.head_priority.numel() == 0:
+            return None
+        return self.head_priority.detach().cpu(), self.neuron_priority.detach().cpu()
+
+    def store_priorities(self, heads: Optional[torch.Tensor], neurons: Optional[torch.Tensor]):
+        """Keep the width dial's allocation (None: the same ratio in every layer)."""
+        self.head_priority = self.head_priority[:0] if heads is None else heads.to(self.head_priority)
+        self.neuron_priority = self.neuron_priority[:0] if neurons is None else neurons.to(self.neuron_priority)
 
     def set_head_ratio(self, head_ratio: Optional[HeadRatio]):
         """The model's own dial setting at evaluation, which its forward runs when the
@@ -198,8 +214,12 @@ class BudgetDial:
                               f"reads ({STATE_FORMAT}): load it with the budget_plugin that wrote it, or a newer one")
         state_dict[prefix + "budget_format"] = torch.tensor(STATE_FORMAT)
         if not hasattr(self, "head_dial"):
-            state_dict.pop(prefix + "head_dial", None)  # a table this model cannot run (an export's)
+            for name in DIAL_BUFFERS:  # a dial this model cannot run (an export's)
+                state_dict.pop(prefix + name, None)
             return
+        for name in ("head_priority", "neuron_priority"):  # none before format 3: uniform widths
+            found = state_dict.setdefault(prefix + name, getattr(self, name)[:0])
+            setattr(self, name, getattr(self, name).new_empty(found.shape))  # the checkpoint's rows
         table = state_dict.get(prefix + "head_dial")
         table = self.head_dial[:0] if table is None else upgrade_table(
             table, state_format, self.budget.min_heads / self.args.encoder_attention_heads)

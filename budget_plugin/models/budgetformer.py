@@ -87,6 +87,10 @@ class BudgetFormerModel(BudgetDial, RobertaModel):
             # the budget dial's calibration: rows (mean head ratio, budget-logit shift that
             # gives it on a named split), none until nested/calibration.py fills them
             self.register_buffer("head_dial", torch.zeros(0, 2))
+            # the width dial's allocation to the layers (models/width.py), none until the
+            # recipe stores one that dev prefers to the same width in every layer
+            self.register_buffer("head_priority", torch.zeros(0, args.encoder_attention_heads))
+            self.register_buffer("neuron_priority", torch.zeros(0, args.encoder_ffn_embed_dim))
         layers, heads = args.encoder_layers, args.encoder_attention_heads
         # --head-ratio (a task option, so that fairseq-validate parses it): applied once the
         # weights, calibration included, are loaded (load_state_dict)

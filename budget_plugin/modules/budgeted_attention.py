@@ -103,7 +103,10 @@ class BudgetedAttention(MultiheadAttention):
         reference = self.training or not self.fast_path or recording
         route = self.router(x, key_padding_mask, gate=reference, dial=dial)
         if reference:
-            out = self.attend_all_heads(x, key_padding_mask, route.gate)
+            # a nested layer at a count fixed for the whole batch (the sandwich's widths)
+            # computes that prefix only: the other heads' gates are 0 and carry no gradient
+            count = self.router.fixed_count(dial) if self.nested else None
+            out = self.attend_all_heads(x, key_padding_mask, route.gate, count)
         elif self.nested:
             out = self.attend_prefix(x, key_padding_mask, route.counts or route.heads, route.every_head, dial)
         else:
@@ -127,15 +130,25 @@ class BudgetedAttention(MultiheadAttention):
             values.update(zip(names, compute()))
         return values
 
-    def attend_all_heads(self, x: Tensor, key_padding_mask: Optional[Tensor], gate: Tensor) -> Tensor:
+    def attend_all_heads(self, x: Tensor, key_padding_mask: Optional[Tensor], gate: Tensor,
+                         count: Optional[int] = None) -> Tensor:
         """Reference path: every head computed (that the layer holds: all H but in a
-        pruned model), each scaled by its gate before out_proj."""
+        pruned model), or its first ``count``, each scaled by its gate before out_proj."""
         held = self.q_proj.out_features // self.head_dim
-        q, k, v = (split_heads(proj(x), held) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        run = held if count is None else min(count, held)
+        width = run * self.head_dim  # the first heads' rows of q, k and v, columns of out_proj
+
+        def project(proj, t):  # every head: the module itself (what hooks on it see)
+            if run == held:
+                return proj(t)
+            return F.linear(t, proj.weight[:width], None if proj.bias is None else proj.bias[:width])
+
+        q, k, v = (split_heads(project(proj, x), run) for proj in (self.q_proj, self.k_proj, self.v_proj))
         dropout = self.dropout_module.p if self.training else 0.0
         heads = F.scaled_dot_product_attention(q, k, v, attn_mask=keep_mask(key_padding_mask), dropout_p=dropout)
-        heads = heads * gate[:, :held].to(heads.dtype)[:, :, None, None]
-        return self.out_proj(merge_heads(heads))
+        heads = merge_heads(heads * gate[:, :run].to(heads.dtype)[:, :, None, None])
+        return self.out_proj(heads) if run == held else F.linear(heads, self.out_proj.weight[:, :width],
+                                                                  self.out_proj.bias)
 
     def attend_selected_heads(self, x: Tensor, key_padding_mask: Optional[Tensor], selected: Tensor,
                               every_head: bool = False) -> Tensor:

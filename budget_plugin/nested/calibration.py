@@ -13,17 +13,15 @@ interpolate towards it. The table is stored in the checkpoint (the model's ``hea
 buffer) with the split it was calibrated on (``dial_calibration``, which the export
 reads), so that serving needs no data; the model interpolates between its rows."""
 
-import io
 from pathlib import Path
 from typing import Callable, Dict, Sequence
 
 import torch
 
 from budget_plugin.models.budget_dial import DIAL_RATIOS, STATE_FORMAT, Dial, calibration_ratios
-from budget_plugin.tools.checkpoints import load_checkpoint, read
+from budget_plugin.tools.checkpoints import load_checkpoint, read, rewrite
 from budget_plugin.tools.errors import DataError
 from budget_plugin.tools.evaluation import layer_heads, split_batches
-from budget_plugin.tools.files import write_atomic
 
 SHIFT_BOUND = 40.0  # |shift| past which sigmoid's budget is at its ends for any router logit
 TOLERANCE = 0.005  # a ratio within this of its aim ends the search
@@ -124,7 +122,5 @@ def calibrate_checkpoint(checkpoint: Path, data: Path, split: str = "valid", bat
     state["model"]["head_dial"] = table.to(state["model"].get("head_dial", table).dtype)
     state["model"]["budget_format"] = torch.tensor(STATE_FORMAT)  # the table is today's, whatever the rest was
     state[RECORD] = {"split": split, "data": str(data)}
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    write_atomic(checkpoint, buffer.getvalue())
+    rewrite(checkpoint, state)
     return table

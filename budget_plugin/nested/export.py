@@ -23,7 +23,7 @@ from typing import List, Optional, Sequence
 import torch
 
 from budget_plugin.config import BudgetConfig
-from budget_plugin.models.budget_dial import parse_head_ratio
+from budget_plugin.models.budget_dial import DIAL_BUFFERS, parse_head_ratio
 from budget_plugin.models.width import Width, parse_width
 from budget_plugin.nested.calibration import RECORD
 from budget_plugin.tools.checkpoints import load_checkpoint, model_options, read
@@ -87,12 +87,17 @@ def export_counts(checkpoint: Path, head_ratio: str, data: Optional[Path] = None
     return dialled_counts(model, split_batches(task, batch_size, record["split"]), head_ratio)
 
 
-def export_width(args: argparse.Namespace, width: str) -> Width:
-    """``--width``'s heads and neurons per layer for an export of a model with options ``args``."""
+def export_width(state: dict, width: str) -> Width:
+    """``--width``'s heads and neurons per layer for an export of the checkpoint ``state``
+    (a ratio allocated as the model's dial allocates it)."""
+    args = model_options(state)
     check_nested(args)
+    weights = state["model"]
+    priorities = (weights["head_priority"], weights["neuron_priority"]) if weights.get(
+        "head_priority", torch.zeros(0)).numel() else None
     try:
         return parse_width(width, args.encoder_layers, args.encoder_attention_heads, args.encoder_ffn_embed_dim,
-                           int(getattr(args, "min_heads", 1)))
+                           int(getattr(args, "min_heads", 1)), priorities)
     except ValueError as e:
         raise DataError(str(e)) from None
 
@@ -103,7 +108,7 @@ def pruned_checkpoint(state: dict, counts: List[int], neurons: Optional[List[int
     args = model_options(state)
     check_nested(args)
     d = args.encoder_embed_dim // args.encoder_attention_heads
-    weights = {k: v for k, v in state["model"].items() if ".router." not in k and k != "head_dial"}
+    weights = {k: v for k, v in state["model"].items() if ".router." not in k and k not in DIAL_BUFFERS}
     for layer, k in enumerate(counts):
         prefix = ATTENTION.format(layer)
         for name in ("q_proj", "k_proj", "v_proj"):
@@ -143,7 +148,7 @@ def export_pruned(checkpoint: Path, out: Path, head_ratio: Optional[str] = None,
     state = read(checkpoint)
     args = model_options(state)
     if width is not None:
-        cut = export_width(args, width)
+        cut = export_width(state, width)
     else:
         counts = export_counts(checkpoint, head_ratio, data)
         cut = Width(tuple(counts), (args.encoder_ffn_embed_dim,) * len(counts))

@@ -13,6 +13,13 @@ import torch
 from budget_plugin.tools.fairseq_cli import train_options
 
 SYSTEMS = ("dense", "budget")
+# fairseq-train's environment in the recipe. glibc's malloc raises its mmap threshold as
+# large blocks are freed, and then serves the next pass's activations from a heap that
+# it does not give back: passes of other shapes (the sandwich's widths, batches of other
+# lengths) leave it fragmented. A fixed threshold maps every block over 1 MiB afresh and
+# returns it when freed: 5.2 GB instead of 6.3 for a MiniLM sandwich on 16 x 512 pieces
+# (results/width/memory.md)
+TRAIN_ENV = {"MALLOC_MMAP_THRESHOLD_": str(1 << 20)}
 
 
 @dataclass
@@ -20,6 +27,10 @@ class Recipe:
     lr: float = 1e-4  # chosen on MR's dev split (examples/budgetformer/README.md)
     epochs: int = 2
     batch_size: int = 32
+    # a batch's pieces, padding included, at most: a batch holding a text cut at 512 pieces
+    # has 16 examples, not 32 (16,384 pieces: the memory that killed a nested step); MR's
+    # and TREC's batches (under 100 pieces a text) are never cut. None: batch_size alone
+    max_tokens: Optional[int] = 8192
     warmup_share: float = 0.06  # of the updates, as in BERT's and RoBERTa's GLUE recipes
     seed: int = 1
     router_scale: float = 10.0  # the router moves 10x faster than the pretrained weights
@@ -75,6 +86,7 @@ def command(system: str, data: Path, model_dir: Path, save_dir: Path, recipe: Re
     return [
         *train_options(data, save_dir, lr=recipe.lr, updates=updates, warmup=max(1, round(recipe.warmup_share * updates)),
                        seed=recipe.seed, num_classes=num_classes, batch_size=recipe.batch_size,
+                       max_tokens=recipe.max_tokens,
                        log_interval=recipe.log_interval, cpu=cpu), *(["--fp16"] if fp16 else []),
         "--task", "budget_sentence_prediction", *model, "--max-epoch", recipe.epochs, *interval,
         "--restore-file", model_dir / "model.pt", "--reset-optimizer", "--reset-dataloader", "--reset-meters",

@@ -10,7 +10,9 @@ data (budget-finetune): every budget in one fine-tuned model.
 4. ``nested``: BudgetFormer ``--head-selection nested`` fine-tuned from it, every update
    training the router's per-input budgets and the sandwich of fixed widths (heads and,
    with ``min_ffn_ratio``, FFN neurons), distilled in place from the full width;
-5. the budget dial calibrated on dev and stored in ``nested/checkpoint_best.pt``.
+5. the budget dial calibrated on dev and, with the FFN nested, the width dial's
+   allocation to the layers chosen on dev (allocation.py), both stored in
+   ``nested/checkpoint_best.pt``.
 
 Each step leaves its output under SAVE_DIR, and SAVE_DIR/recipe.json records what each
 finished step was run with (fairseq's command line, or the step's settings). The same
@@ -31,6 +33,7 @@ import torch
 
 from budget_plugin.data.binarize import count_binarized, num_classes
 from budget_plugin.nested import finetune
+from budget_plugin.nested.allocation import allocate_checkpoint
 from budget_plugin.nested.calibration import calibrate_checkpoint
 from budget_plugin.nested.importance import layer_importance
 from budget_plugin.nested.reorder import reorder_heads, reorder_neurons
@@ -68,7 +71,7 @@ def nested_command(data: Path, model_pt: Path, reordered: Path, save_dir: Path, 
     flags, _ = finetune.encoder_flags(model_pt)
     return [
         *train_options(data, save_dir, lr=nested.lr, updates=updates, warmup=max(1, round(dense.warmup_share * updates)),
-                       seed=dense.seed, num_classes=classes, batch_size=dense.batch_size,
+                       seed=dense.seed, num_classes=classes, batch_size=dense.batch_size, max_tokens=dense.max_tokens,
                        log_interval=dense.log_interval, cpu=cpu), *(["--fp16"] if fp16 else []),
         "--task", "budget_sentence_prediction", "--arch", "budgetformer", *flags,
         "--head-selection", "nested", "--min-heads", nested.min_heads, "--router-scale", nested.router_scale,
@@ -86,7 +89,7 @@ def train_step(name: str, command: list, save_dir: Path, log: Callable[[str], No
     save_dir.mkdir(parents=True, exist_ok=True)
     log(f"{name}: $ {shlex.join(map(str, command))}")
     start = time.time()
-    run(command, log_path=save_dir / "train.log", threads=threads,
+    run(command, log_path=save_dir / "train.log", threads=threads, env=finetune.TRAIN_ENV,
         progress=lambda line: any(marker in line for marker in TRAINING_PROGRESS))
     for interval in save_dir.glob("checkpoint_*_*.pt"):  # only the best is kept
         interval.unlink()
@@ -185,7 +188,7 @@ def finetune_nested(model_dir: Path, data: Path, save_dir: Path, dense: finetune
         "importance": {"examples": nested.importance_examples, "batch_size": dense.batch_size, "split": "train"},
         "reorder": {"neurons": bool(nested.min_ffn_ratio)},
         "nested": recorded(nested_run),
-        "calibration": {"split": "valid"},
+        "calibration": {"split": "valid", "allocation": bool(nested.min_ffn_ratio)},
     }
     save_dir.mkdir(parents=True, exist_ok=True)
     steps = StepRecord(save_dir)
@@ -229,8 +232,16 @@ def finetune_nested(model_dir: Path, data: Path, save_dir: Path, dense: finetune
          lambda: train_step("nested", nested_run, nested_dir, log, threads))
 
     def calibrate() -> None:
-        table = calibrate_checkpoint(nested_best, data, "valid", log=lambda line: log("    " + line))
-        write_json(calibrated, {"split": "valid", "table": table.tolist(), "nested": asdict(nested)})
+        indented = lambda line: log("    " + line)  # noqa: E731
+        table = calibrate_checkpoint(nested_best, data, "valid", log=indented)
+        record = {"split": "valid", "table": table.tolist(), "nested": asdict(nested)}
+        if nested.min_ffn_ratio:
+            heads, neurons = (torch.tensor(json.loads(path.read_text())) for path in (importance_file,
+                                                                                     neuron_importance_file))
+            record["allocation"] = allocate_checkpoint(nested_best, data, heads, neurons, nested.min_ffn_ratio,
+                                                       "valid", log=indented)
+        write_json(calibrated, record)
 
-    step("calibration", "recipe 5/5: the budget dial calibrated on dev", calibrate)
+    step("calibration", "recipe 5/5: the budget dial calibrated on dev" +
+         (", and the width dial's allocation chosen there" if nested.min_ffn_ratio else ""), calibrate)
     return {"dense": dense_best, "nested": nested_best}

@@ -6,7 +6,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
+import torch
 from fairseq.data import indexed_dataset
+from fairseq.optim.amp_optimizer import AMPOptimizer
 from fairseq.tasks import register_task
 from fairseq.tasks.sentence_prediction import SentencePredictionConfig, SentencePredictionTask
 from omegaconf import OmegaConf, open_dict
@@ -85,6 +87,22 @@ class BudgetSentencePredictionTask(SentencePredictionTask):
             raise DataSplitError(f"{self.cfg.data}: no split {split!r} (no input0/{split}.idx); "
                                  f"it has: {', '.join(found) or 'none'}")
         return super().load_dataset(split, combine=combine, **kwargs)
+
+    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        if not getattr(criterion, "sandwich_widths", 0):
+            return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+        # the sandwich's passes are backpropagated one at a time by the criterion (its
+        # peak memory is one width's graph, not every width's); the rest is fairseq's
+        model.train()
+        model.set_num_updates(update_num)
+
+        def backward(loss):
+            with torch.autograd.profiler.record_function("backward"):
+                optimizer.backward(loss * 0 if ignore_grad else loss)
+
+        with torch.autograd.profiler.record_function("forward"):
+            with torch.amp.autocast("cuda", enabled=isinstance(optimizer, AMPOptimizer)):
+                return criterion(model, sample, backward=backward)
 
     def valid_step(self, sample, model, criterion):
         # An unlabelled split loads (the hub and the measurements predict on it); only

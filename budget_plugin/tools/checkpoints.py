@@ -3,6 +3,7 @@ task as fairseq-validate loads them (the data folder given), or as a BudgetForme
 their own size and options (no data needed)."""
 
 import argparse
+import io
 from pathlib import Path
 from typing import Tuple
 
@@ -10,6 +11,7 @@ import torch
 
 from budget_plugin.tools.building import build_model
 from budget_plugin.tools.errors import DataError
+from budget_plugin.tools.files import write_atomic
 
 
 def read(path: Path) -> dict:
@@ -25,6 +27,14 @@ def read(path: Path) -> dict:
     if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
         raise DataError(f"checkpoint {path}: not a fairseq checkpoint (no 'model' state dict)")
     return state
+
+
+def rewrite(path: Path, state: dict) -> None:
+    """Save a checkpoint's dict over ``path``, atomically: the old file stays whole until
+    the new one is."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    write_atomic(path, buffer.getvalue())
 
 
 def model_options(state: dict) -> argparse.Namespace:

@@ -61,7 +61,7 @@ def run(
     if threads:
         full_env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     lines, timed_out = [], threading.Event()
-    with open(log_path, "w") if log_path else contextlib.nullcontext() as log:
+    with open(log_path, "w", buffering=1) if log_path else contextlib.nullcontext() as log:  # line by line
         proc = subprocess.Popen([*program, *map(str, cmd[1:])], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, env=full_env, cwd=cwd)
         timer = threading.Timer(timeout, lambda: (timed_out.set(), proc.kill())) if timeout else None
@@ -117,16 +117,19 @@ def best_validation(output: str, metric: str = "accuracy") -> Dict[str, float]:
 
 
 def train_options(data: Path, save_dir: Path, *, lr: float, updates: int, warmup: int, seed: int,
-                  num_classes: int, batch_size: int = 32, log_interval: int = 100, cpu: bool = True) -> list:
+                  num_classes: int, batch_size: int = 32, max_tokens: Optional[int] = None,
+                  log_interval: int = 100, cpu: bool = True) -> list:
     """fairseq-train's command line that every recipe here shares (fine-tuning a
     converted encoder, in the demo and the study; the benchmark's updates/s):
     sentence classification with RoBERTa's input layout, Adam with polynomial decay,
     the best checkpoint by dev accuracy, TensorBoard logs in ``save_dir``, on the CPU
-    unless ``cpu`` is false. Model and criterion options follow."""
+    unless ``cpu`` is false. ``max_tokens``: a batch's padded pieces at most (fewer
+    examples in a batch with a long one). Model and criterion options follow."""
     return [
         "fairseq-train", data, "--user-dir", PLUGIN_DIR, "--save-dir", save_dir,
         "--num-classes", num_classes, "--init-token", 0, "--separator-token", 2,
         "--shorten-method", "truncate", "--batch-size", batch_size,
+        *(["--max-tokens", max_tokens] if max_tokens else []),
         "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-6",
         "--weight-decay", 0.01, "--clip-norm", 1.0,
         "--lr", lr, "--lr-scheduler", "polynomial_decay",

@@ -133,7 +133,8 @@ def recipe_of(run: Run, cfg: StudyConfig) -> finetune.Recipe:
     updates = cfg.updates[run.dataset]
     return finetune.Recipe(lr=cfg.lr, epochs=99, seed=run.seed, target_head_ratio=AIM.get(run.ratio, 1.0),
                            budget_weight=BUDGET_WEIGHT, start_at_budget=run.system in LEARNED, max_updates=updates,
-                           validate_interval_updates=max(1, updates // 3), save_optimizer=False)
+                           validate_interval_updates=max(1, updates // 3), save_optimizer=False,
+                           max_tokens=None)  # the records' batches: batch_size alone
 
 
 def cached_record(path: Path, **expected) -> Optional[dict]:
@@ -143,7 +144,18 @@ def cached_record(path: Path, **expected) -> Optional[dict]:
     if not path.exists():
         return None
     record = json.loads(path.read_text())
-    return record if all(record.get(key) == value for key, value in expected.items()) else None
+    return record if matches(record, expected) else None
+
+
+def matches(record: dict, expected: dict) -> bool:
+    """Whether ``record`` holds ``expected``'s settings, nested dicts key by key (a key
+    the record lacks counts as None: a setting added since, at its old behaviour)."""
+    def same(old, new) -> bool:
+        if isinstance(new, dict) and isinstance(old, dict):
+            return matches(old, new)
+        return old == new
+
+    return all(same(record.get(key), value) for key, value in expected.items())
 
 
 def finished(run: Run, cfg: StudyConfig) -> Optional[dict]:

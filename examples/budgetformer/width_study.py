@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""The width dial against dense and the latency study's baselines, on one data set and
+seed (budget_research/width_study.py says what is measured and how):
+
+    budget-finetune data/minilm/model data/minilm/MR-bin checkpoints/width-MR --max-updates 240 --cpu
+    python examples/budgetformer/width_study.py checkpoints/width-MR data/minilm/MR-bin --dataset MR
+
+Writes OUT_DIR/DATASET-seedN.{json,md,png}: every system's accuracy, FLOPs and latency,
+the cascades, the issue's targets held or missed, and the frontier figure."""
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+logging.basicConfig(level=logging.WARNING)  # before fairseq sets up logging at INFO
+
+from budget_plugin.tools.errors import DataError, run_cli  # noqa: E402
+from budget_plugin.tools.files import write_atomic, write_json  # noqa: E402
+from budget_plugin.tools.progress import log  # noqa: E402
+from budget_research.width_study import figure, report, targets, width_study  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("save_dir", type=Path, help="budget-finetune's SAVE_DIR (dense/, nested/)")
+    parser.add_argument("data", type=Path, help="the binarized data set it was trained on")
+    parser.add_argument("--dataset", required=True, help="its name in the latency study's records (MR, TREC, BBC)")
+    parser.add_argument("--seed", type=int, default=1, help="the seed it was trained with (default: %(default)s)")
+    parser.add_argument("--records", type=Path, default=REPO / "results" / "reproduce",
+                        help="the latency study's records (default: %(default)s)")
+    parser.add_argument("--out-dir", type=Path, default=REPO / "results" / "width")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved timing rounds (default: %(default)s)")
+    args = parser.parse_args(argv)
+
+    def body():
+        for path in (args.save_dir / "dense" / "checkpoint_best.pt", args.save_dir / "nested" / "checkpoint_best.pt"):
+            if not path.is_file():
+                raise DataError(f"{path}: not found (run budget-finetune into {args.save_dir} first)")
+        study = width_study(args.save_dir, args.data, args.dataset, args.seed, args.records, args.threads,
+                            repeats=args.repeats, log=log)
+        study["targets"] = targets(study)
+        stem = args.out_dir / f"{args.dataset}-seed{args.seed}"
+        args.out_dir.mkdir(parents=True, exist_ok=True)
+        write_json(stem.with_suffix(".json"), study)
+        text = report(study)
+        write_atomic(stem.with_suffix(".md"), text)
+        figure(study, stem.with_suffix(".png"))
+        print(text)
+
+    return run_cli(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
