@@ -49,15 +49,17 @@ def main(argv=None) -> int:
         for path in (args.model_dir / "model.pt", args.mr_train):
             if not path.is_file():
                 raise DataError(f"{path}: not found (python examples/budgetformer/get_data.py fetches it)")
-        with tempfile.TemporaryDirectory() as work:
-            rows = measure(args.model_dir, args.mr_train, Path(work), args.short, args.long, args.words,
-                           threads=args.threads)
         args.out_dir.mkdir(parents=True, exist_ok=True)
         settings = {"short": args.short, "long": args.long, "words": args.words, "threads": args.threads}
-        write_json(args.out_dir / "memory.json", {"settings": settings, "rows": rows})
-        text = table(rows)
-        write_atomic(args.out_dir / "memory.md", text)
-        print(text)
+
+        def keep(rows):  # after every step: a stopped run keeps the steps it measured
+            write_json(args.out_dir / "memory.json", {"settings": settings, "rows": rows})
+            write_atomic(args.out_dir / "memory.md", table(rows))
+
+        with tempfile.TemporaryDirectory() as work:
+            rows = measure(args.model_dir, args.mr_train, Path(work), args.short, args.long, args.words,
+                           threads=args.threads, keep=keep)
+        print(table(rows))
 
     return run_cli(body)
 

@@ -58,9 +58,10 @@ def peak_rss(command: List, log: Path, threads: int, env: Dict[str, str]) -> Dic
 
 
 def measure(model_dir: Path, mr_train: Path, work: Path, short: int = 256, long: int = 6, words: int = 1200,
-            seed: int = 1, threads: int = 2, log=print) -> List[dict]:
+            seed: int = 1, threads: int = 2, log=print, keep=lambda rows: None) -> List[dict]:
     """Peak memory of the dense and the nested step, with the recipe's --max-tokens and
-    without (--batch-size alone), on the same data, one epoch each."""
+    without (--batch-size alone), on the same data, one epoch each; ``keep(rows)`` after
+    every step, so that a run stopped midway keeps what it measured."""
     task = long_and_short(mr_train, work / "raw" / "LONG", short, long, words, seed)
     summary = prepare_task(task, work, layout="SST-2", name="LONG", labelled_test=True, wordpiece=model_dir,
                            log=lambda _: None)
@@ -84,4 +85,5 @@ def measure(model_dir: Path, mr_train: Path, work: Path, short: int = 256, long:
             found = peak_rss(command, work / f"{name}-{max_tokens}-{bool(env)}.log", threads, env)
             rows.append({"step": name, "max_tokens": max_tokens, "malloc": malloc, "env": env, **found})
             log(f"  peak resident memory {found['peak_rss_gib']:.2f} GiB")
+            keep(rows)
     return rows
