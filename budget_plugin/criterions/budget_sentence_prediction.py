@@ -1,6 +1,5 @@
 """Sentence prediction loss plus BudgetFormer's budget and exploration terms."""
 
-import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
@@ -20,6 +19,7 @@ from ..config import OptionError, require
 from ..models.budget_dial import Dial
 from .budget_metrics import budget_logs, reduce_budget_metrics
 from .teacher_logits import load_teacher_logits
+from .update_passes import UpdatePasses
 
 
 @dataclass
@@ -104,28 +104,6 @@ class _Recorder:
         return self.output
 
 
-class _Passes:
-    """An update's losses, one per forward pass: summed into one loss for one backward,
-    or, given ``backward``, each backpropagated as it comes (then the total is detached).
-    Under data parallelism every pass but the last accumulates its gradients locally
-    (DDP's ``no_sync``), so that they are reduced once per update."""
-
-    def __init__(self, model, backward: Optional[Callable[[Tensor], None]]):
-        self.model, self.backward, self.total = model, backward, 0.0
-
-    def unsynced(self):
-        no_sync = getattr(self.model, "no_sync", None)
-        return no_sync() if self.backward is not None and no_sync is not None else contextlib.nullcontext()
-
-    def add(self, loss: Tensor) -> Tensor:
-        if self.backward is None:
-            self.total = self.total + loss
-            return loss
-        self.backward(loss)
-        self.total = self.total + loss.detach()
-        return loss.detach()
-
-
 @register_criterion("budget_sentence_prediction", dataclass=BudgetSentencePredictionConfig)
 class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
     """fairseq's ``sentence_prediction`` loss (cross-entropy, or MSE with
@@ -176,7 +154,7 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
                 "statistics (--arch budgetformer*); use sentence_prediction for others"
             )
         sandwich = bool(self.sandwich_widths) and model.training
-        passes = _Passes(model, backward)
+        passes = UpdatePasses(model, backward)
         width_loss = full = None
         if sandwich:
             # every head first: the other widths distil its logits (in place, detached);

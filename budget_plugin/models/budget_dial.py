@@ -167,9 +167,9 @@ class BudgetDial:
     def width_priorities(self) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
         """The heads' and neurons' priorities that allocate a --width ratio to the
         layers; None where none were stored (every layer the same ratio)."""
-        if not hasattr(self, "head_priority") or self.head_priority.numel() == 0:
-            return None
-        return self.head_priority.detach().cpu(), self.neuron_priority.detach().cpu()
+        from .width import stored_priorities
+
+        return stored_priorities(getattr(self, "head_priority", None), getattr(self, "neuron_priority", None))
 
     def store_priorities(self, heads: Optional[torch.Tensor], neurons: Optional[torch.Tensor]):
         """Keep the width dial's allocation (None: the same ratio in every layer)."""

@@ -62,6 +62,15 @@ def allocated_width(ratio: float, head_priority: torch.Tensor, neuron_priority: 
     return Width(allocated(ratio, head_priority), allocated(ratio, neuron_priority))
 
 
+def stored_priorities(head: Optional[torch.Tensor], neuron: Optional[torch.Tensor]
+                      ) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
+    """A model's stored allocation (its ``head_priority`` and ``neuron_priority``
+    buffers, or a checkpoint's), on the CPU; None where none is stored (uniform)."""
+    if head is None or head.numel() == 0:
+        return None
+    return head.detach().cpu(), neuron.detach().cpu()
+
+
 def parse_width(value, num_layers: int, num_heads: int, num_neurons: int, min_heads: int = 1,
                 priorities: Optional[Tuple[torch.Tensor, torch.Tensor]] = None) -> Optional[Width]:
     """--width: None; a ratio R in (0, 1] (allocated by ``priorities``, heads' and

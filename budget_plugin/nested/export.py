@@ -24,7 +24,7 @@ import torch
 
 from budget_plugin.config import BudgetConfig
 from budget_plugin.models.budget_dial import DIAL_BUFFERS, parse_head_ratio
-from budget_plugin.models.width import Width, parse_width
+from budget_plugin.models.width import Width, parse_width, stored_priorities
 from budget_plugin.nested.calibration import RECORD
 from budget_plugin.tools.checkpoints import load_checkpoint, model_options, read
 from budget_plugin.tools.errors import DataError
@@ -92,9 +92,7 @@ def export_width(state: dict, width: str) -> Width:
     (a ratio allocated as the model's dial allocates it)."""
     args = model_options(state)
     check_nested(args)
-    weights = state["model"]
-    priorities = (weights["head_priority"], weights["neuron_priority"]) if weights.get(
-        "head_priority", torch.zeros(0)).numel() else None
+    priorities = stored_priorities(state["model"].get("head_priority"), state["model"].get("neuron_priority"))
     try:
         return parse_width(width, args.encoder_layers, args.encoder_attention_heads, args.encoder_ffn_embed_dim,
                            int(getattr(args, "min_heads", 1)), priorities)
