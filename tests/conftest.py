@@ -198,3 +198,53 @@ def recomputed(checkpoint, data, split):
     correct = sum((classify(model, tokens(b))[0].argmax(-1) == b["target"].view(-1)).sum().item() for b in batches)
     accuracy = round(100 * correct / sum(b["target"].numel() for b in batches), 1)
     return accuracy, (heads_per_input(model, batches)[0] if hasattr(model, "budgeted_attentions") else None)
+
+
+# a WordPiece pair task (test_wordpiece_data.py, test_onnx.py): accents, unknown words
+# and characters, long inputs, and a vocab.txt-only tokenizer
+WORDPIECE_PIECES = ["the", "film", "a", "good", "bad", "plot", "cafe", "de", "##ja", "vu", "un", "##bel", "##ie",
+                    "##va", "##bly", "!", ",", ".", "is", "was", "not"]
+PAIRS = [  # accents, unknown words and characters, long inputs
+    ("Café déjà vu!", "The film was good."),
+    ("Unbelievably BAD plot, xyzzy 漢.", "the plot is not good"),
+    (" ".join(["the good film"] * 15), "a bad plot"),
+    ("naïve", "déjà vu, déjà vu"),
+]
+
+
+
+
+def wordpiece_pair_task(root: Path):
+    """A tiny BERT with WordPiece's vocabulary converted into ``root``/model and an RTE-like
+    pair task prepared with it into ``root``/RTE-bin; returns (data, model folder)."""
+    from budget_plugin.data.prepare import prepare_task
+    from budget_plugin.tools.tiny_bert import SPECIAL_TOKENS, TINY, write_bert
+
+    vocab = SPECIAL_TOKENS + WORDPIECE_PIECES
+    bert = write_bert(root / "bert", dict(TINY, vocab_size=len(vocab), max_position_embeddings=128), vocab)
+    model = root / "model"
+    run([sys.executable, REPO / "scripts" / "convert_bert.py", bert, model])
+    raw = root / "RTE"
+    raw.mkdir()
+    for split, n in (("train", 64), ("dev", 16)):
+        rows = ["index\tsentence1\tsentence2\tlabel"]
+        rows += [f"{i}\t{a}\t{b}\t{'entailment' if i % 2 else 'not_entailment'}"
+                 for i, (a, b) in enumerate(PAIRS * (n // len(PAIRS)))]
+        (raw / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    (raw / "test.tsv").write_text("index\tsentence1\tsentence2\n0\tgood\tbad\n", encoding="utf-8")
+    prepare_task(raw, root, wordpiece=model, max_positions=128, log=lambda m: None)
+    return root / "RTE-bin", model
+
+
+def pair_task_training(data: Path, model: Path, save: Path, *extra, dense: bool = False) -> list:
+    """fairseq-train's command line fine-tuning the converted tiny BERT on the pair task:
+    a BudgetFormer (BERT's LayerNorm eps), or with ``dense`` a stock RoBERTa."""
+    model_options = (["--arch", "roberta", "--criterion", "sentence_prediction"] if dense else
+                     ["--arch", "budgetformer", "--layernorm-eps", 1e-12, "--criterion", "budget_sentence_prediction"])
+    return ["fairseq-train", data, "--user-dir", REPO / "budget_plugin", "--task", "budget_sentence_prediction",
+            *model_options, "--encoder-layers", 2, "--encoder-embed-dim", 32,
+            "--encoder-ffn-embed-dim", 64, "--encoder-attention-heads", 4, "--max-positions", 128,
+            "--restore-file", model / "model.pt", "--reset-optimizer", "--reset-dataloader", "--reset-meters",
+            "--num-classes", 2, "--init-token", 0, "--separator-token", 2, "--batch-size", 16,
+            "--optimizer", "adam", "--lr", 1e-3, "--max-epoch", 2, "--save-dir", save, "--cpu",
+            "--num-workers", 0, "--seed", 1, "--no-epoch-checkpoints", *extra]

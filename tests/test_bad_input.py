@@ -34,6 +34,7 @@ def quiet(message: str) -> None:
 
 
 from budget_plugin.cli import predict  # noqa: E402
+from budget_serve import texts  # noqa: E402
 
 
 def last_error(capsys) -> str:
@@ -83,13 +84,13 @@ def test_predict_refuses_standard_input_that_is_not_utf8(tmp_path, monkeypatch, 
 
 def test_predict_reads_crlf_and_a_byte_order_mark_as_plain_text():
     stream = io.BytesIO("\ufeffa good film\r\nfirst\tsecond\r\n".encode())
-    assert predict.read_examples(stream, "x") == [["a good film"], ["first", "second"]]
+    assert texts.read_examples(stream, "x") == [["a good film"], ["first", "second"]]
 
 
 @pytest.mark.parametrize("line", [b"\n", b"a\tb\tc\n", b"a\t \n"])
 def test_predict_refuses_a_line_without_one_or_two_texts(line):
     with pytest.raises(DataError, match=r"^x:2: expected one text or two tab-separated texts"):
-        predict.read_examples(io.BytesIO(b"fine\n" + line), "x")
+        texts.read_examples(io.BytesIO(b"fine\n" + line), "x")
 
 
 @pytest.mark.parametrize("problem,status", [("no checkpoint", 2), ("no input file", 1)])

@@ -1,6 +1,7 @@
-"""examples/budgetformer/demo.py --quick: the main job end to end, offline, on tiny synthetic data; then,
-on its checkpoints, what a user runs next: scripts/finetune.py (which resumes: every
-step is done), fairseq-validate --head-ratio, scripts/export_pruned.py,
+"""examples/budgetformer/demo.py --quick: the main job end to end, offline, on tiny synthetic data (the
+width chosen on dev, exported to ONNX Runtime and served without torch); then, on its
+checkpoints, what a user runs next: scripts/finetune.py (which resumes: every step is
+done), fairseq-validate --head-ratio and --width, scripts/export_pruned.py,
 scripts/predict.py --head-ratio and examples/budgetformer/benchmark.py --data."""
 
 import importlib.util
@@ -12,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from conftest import PLUGIN_DIR, REPO, parse_metrics, recomputed, run
+from conftest import PLUGIN_DIR, REPO, parse_metrics, run
 
 spec = importlib.util.spec_from_file_location("demo", REPO / "examples" / "budgetformer" / "demo.py")
 demo = importlib.util.module_from_spec(spec)
@@ -70,41 +71,53 @@ def quick(tmp_path_factory):
 
 @pytest.mark.slow
 def test_quick_demo_runs_offline_end_to_end(quick):
-    """The main job's steps on a tiny random BERT: conversion, WordPiece preparation,
-    the nested recipe, measurement, fairseq-validate of each system, the table and pictures."""
+    """The main job's steps on a tiny random BERT: conversion, WordPiece preparation, the
+    nested recipe, the width chosen on dev and exported (fairseq and ONNX Runtime, int8),
+    every system measured side by side, the export served by budget-predict --onnx, the
+    table and pictures."""
     output, root, results, checkpoints = quick
     # the model and data were made, converted and prepared here, nothing fetched
     assert sorted(p.name for p in root.iterdir()) == ["QUICK-bin", "bert", "model", "raw"]
     assert (root / "model" / "dict.txt").read_text() == (root / "QUICK-bin" / "input0" / "dict.txt").read_text()
-    for step in ("step 1/5", "step 2/5", "step 3/5", "step 4/5", "step 5/5", "recipe 1/5", "recipe 5/5",
-                 "dense: $ fairseq-train",
-                 "nested: $ fairseq-train", "valid on 'valid'"):
+    for step in [f"step {i}/6" for i in range(1, 7)] + ["recipe 1/5", "recipe 5/5", "dense: $ fairseq-train",
+                                                         "nested: $ fairseq-train", "valid on 'valid'"]:
         assert step in output, step
 
     report = json.loads((results / "demo.json").read_text())
-    rows = report["systems"]
-    assert list(rows) == ["dense", "nested @ 1", "nested @ 0.5", "nested @ 0.3", "exported @ 0.3"]
-    nested = checkpoints / "nested" / "checkpoint_best.pt"
-    data = root / "QUICK-bin"
+    rows, width = report["systems"], report["width"]
+    # the width: the smallest the recipe scored on dev within 1.0 point of dense's dev accuracy
+    allocation = json.loads((checkpoints / "nested" / "calibration.json").read_text())["allocation"]
+    scored_widths = allocation["widths"][allocation["chosen"]]
+    dense_dev = report["fairseq_validate"]["dense"]["dev_accuracy"]
+    near = [w for w, row in scored_widths.items() if row["accuracy"] >= dense_dev - 1.0]
+    assert width == (min(near, key=float) if near else "1")
+    runtimes = ("eager", "ONNX Runtime", "ONNX Runtime int8")
+    assert sorted(rows) == sorted(["dense, eager int8", *(f"{s}, {r}" for s in ("dense", f"width {width}")
+                                                           for r in runtimes)])
     for name, row in rows.items():
-        assert row["test_examples"] == 60  # every test example, scored once
-        assert row["latency_b1_ms"] > 0 and row["latency_b32_ms"] > 0 and row["model_flops"] > 0
-    # fairseq-validate's accuracies are the checkpoints' predictions, recomputed here
-    assert rows["dense"]["test_accuracy"] == recomputed(checkpoints / "dense" / "checkpoint_best.pt", data, "test")[0]
+        assert row["latency_b1_ms"] > 0 and row["latency_b32_ms"] > 0
+    # fairseq-validate's accuracies (every test example, scored once) are the measured ones, and the
+    # fp32 ONNX graphs predict what their fairseq models predict
+    for system, checked in report["fairseq_validate"].items():
+        assert checked["test_examples"] == 60
+        for split in ("dev", "test"):
+            assert rows[f"{system}, eager"][f"{split}_accuracy"] == pytest.approx(checked[f"{split}_accuracy"],
+                                                                                  abs=0.05)  # fairseq rounds
+            assert rows[f"{system}, ONNX Runtime"][f"{split}_accuracy"] == \
+                rows[f"{system}, eager"][f"{split}_accuracy"]
+    exports = report["exports"]
+    assert all(e["checked_on"]["max_abs_logit_difference"]["fp32"] < 1e-4 for e in exports.values())
+    assert exports["dense"]["model_flops_ratio"] == 1.0
+    assert exports[f"width {width}"]["model_flops_ratio"] == pytest.approx(float(width), abs=0.05)
     exported = checkpoints / "exported" / "checkpoint_pruned.pt"
-    accuracy, selected = recomputed(exported, data, "test")
-    assert rows["exported @ 0.3"]["test_accuracy"] == accuracy
-    counts = selected.sum(-1).float().mean(0).tolist()
-    assert rows["exported @ 0.3"]["heads_per_layer"] == counts == report["fixed_counts"]["fixed @ 0.3"]["heads_per_layer"]
-    assert exported.stat().st_size < nested.stat().st_size
-    # the dial: calibrated on dev, so dev lands on the ratio; at 1 every head, as dense
-    assert rows["nested @ 1"]["test_head_ratio"] == 1.0 and rows["nested @ 1"]["heads_per_layer"] == [4.0, 4.0]
-    assert rows["nested @ 0.5"]["dev_head_ratio"] == pytest.approx(0.5, abs=0.02)
-    assert rows["nested @ 0.3"]["dev_head_ratio"] == pytest.approx(0.3, abs=0.02)
-    assert rows["nested @ 0.3"]["model_flops"] < rows["nested @ 0.5"]["model_flops"] < rows["dense"]["model_flops"]
+    assert exported.stat().st_size < (checkpoints / "nested" / "checkpoint_best.pt").stat().st_size
+    # served: budget-predict --onnx's TSV, a label for each text
+    assert "line\tlabel\tprobability\theads_per_layer\tselected_heads" in output
+    served = (checkpoints / "served.tsv").read_text().splitlines()
+    assert len(served) == 3 and all(row.split("\t")[1] in ("0", "1") for row in served[1:])
 
     table = (results / "demo.md").read_text()
-    assert table.startswith("| system | dev acc | test acc |") and table.count("\n") == 7
+    assert table.startswith("| system | dev acc | test acc |") and table.count("\n") == 9
     assert table.strip() in output
     usage = json.loads((results / "heads" / "heads.json").read_text())
     assert usage["split"] == "test" and usage["examples"] == 60

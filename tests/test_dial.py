@@ -185,7 +185,7 @@ def test_the_sandwich_adds_every_width_distilled_from_the_full_one():
     torch.manual_seed(5)
     loss, size, logs = criterion(model, sample)
     torch.manual_seed(5)
-    full = criterion.width_logits(model, sample, None)
+    full, _ = criterion.width_forward(model, sample, None)
     random_width = torch.randint(1, 5, (2,)).tolist()
     target = sample["target"]
 

@@ -33,7 +33,8 @@ def installed(tmp_path_factory):
     source.mkdir()
     for name in ("setup.py", "README.md"):
         shutil.copy(REPO / name, source / name)
-    shutil.copytree(REPO / "budget_plugin", source / "budget_plugin", ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("budget_plugin", "budget_serve"):
+        shutil.copytree(REPO / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run([venv / "bin" / "python", "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
                     "--no-build-isolation", source], check=True, capture_output=True, cwd=root)
     elsewhere = root / "elsewhere"  # not the checkout: nothing of it on the path
@@ -96,3 +97,8 @@ def test_a_users_steps_with_the_installed_commands(installed):
                         "--criterion", "budget_sentence_prediction", "--valid-subset", "test", "--cpu",
                         "--batch-size", 8)
     assert "| valid on 'test' subset |" in validated and "bsz 24" in validated.replace("| bsz ", "bsz ")
+    # served: the nested model exported to ONNX Runtime at the export's heads, what the export predicts
+    command(venv, here, "budget-export-onnx", nested, "onnx", "--data", "data/SST-2-bin", "--head-ratio", "1,3")
+    served = command(venv, here, "budget-predict", "--onnx", "onnx", "--input", texts)
+    assert [line.split("\t")[:2] + line.split("\t")[3:4] for line in served.splitlines() if line[:2] in ("1\t", "2\t")] \
+        == [row[:2] + row[3:4] for row in rows]

@@ -1,5 +1,6 @@
-"""The layout's two promises: the product (budget_plugin, every module of it) never
-imports the studies, and the studies' commands under examples/budgetformer/ find the
+"""The layout's promises: the product (budget_plugin, every module of it) never imports
+the studies; the serving package (budget_serve, every module of it) imports neither
+torch nor fairseq; and the studies' commands under examples/budgetformer/ find the
 repository they write their results and caches in."""
 
 import importlib.util
@@ -25,7 +26,25 @@ def test_no_module_of_the_product_imports_the_studies():
     assert found.stdout.strip() == "[]", found.stdout
 
 
-@pytest.mark.parametrize("script", ["demo", "reproduce", "latency_study", "benchmark", "width_study", "nested_memory"])
+SERVING_NEEDS_NEITHER_TORCH_NOR_FAIRSEQ = """
+import importlib, pkgutil, sys
+sys.modules["torch"] = sys.modules["fairseq"] = None  # import torch: ImportError
+import budget_serve
+for module in pkgutil.walk_packages(budget_serve.__path__, "budget_serve."):
+    importlib.import_module(module.name)
+print(sorted(name for name in sys.modules if name.split(".")[0] in ("budget_plugin", "torch", "fairseq")
+             and sys.modules[name] is not None))
+"""
+
+
+def test_the_serving_package_imports_neither_torch_nor_fairseq():
+    found = subprocess.run([sys.executable, "-c", SERVING_NEEDS_NEITHER_TORCH_NOR_FAIRSEQ], cwd=REPO / "tests",
+                           capture_output=True, text=True)
+    assert found.returncode == 0 and found.stdout.strip() == "[]", found.stdout + found.stderr
+
+
+@pytest.mark.parametrize("script", ["demo", "reproduce", "latency_study", "benchmark", "width_study", "nested_memory",
+                                    "serving_study", "importance_study"])
 def test_the_studies_commands_find_the_repository(script):
     spec = importlib.util.spec_from_file_location(f"layout_{script}", REPO / "examples" / "budgetformer" / f"{script}.py")
     module = importlib.util.module_from_spec(spec)

@@ -160,7 +160,7 @@ def test_the_sandwich_trains_ffn_widths_with_the_heads():
     torch.manual_seed(5)
     _, _, logs = criterion(model, sample)
     torch.manual_seed(5)
-    full = criterion.width_logits(model, sample, None)
+    full, _ = criterion.width_forward(model, sample, None)
     model(**sample["net_input"], features_only=True, classification_head_name=HEAD)  # the router's pass
     heads, neurons = torch.randint(1, 5, (2,)).tolist(), torch.randint(32, F + 1, (2,)).tolist()
 
@@ -186,3 +186,44 @@ def test_min_ffn_ratio_needs_the_sandwich():
         make_criterion(min_ffn_ratio=0.25)
     with pytest.raises(ValueError, match=r"--min-ffn-ratio must be in \[0, 1\]"):
         make_criterion(sandwich_widths=3, min_ffn_ratio=1.5)
+
+
+def test_hidden_state_distillation_adds_each_layers_mean_squared_difference_from_the_full_width():
+    """--distill-hidden-weight 2: every narrower width's loss gains 2 x the sum over
+    layers of the mean squared difference of its layer outputs from the full width's,
+    averaged over each example's own tokens (padding left out) and features, summed
+    over examples; computed here by hand under the same seed."""
+    import torch.nn.functional as F_
+    from test_dial import make_sample, without_dropout
+    from test_model import make_criterion
+
+    torch.manual_seed(0)
+    model = without_dropout(nested_model(min_heads=1).train())
+    sample = make_sample()
+    pad = model.encoder.sentence_encoder.padding_idx
+    sample["net_input"]["src_tokens"][0, 7:] = pad  # an example padded after 7 tokens (the others have pads too)
+    criterion = make_criterion(sandwich_widths=2, min_ffn_ratio=0.25, distill_weight=0.0, distill_hidden_weight=2.0,
+                               budget_weight=0.0, exploration_weight=0.0)
+    torch.manual_seed(5)
+    _, _, logs = criterion(model, sample)
+
+    def run(heads, neurons):
+        with model.forced_heads(heads):
+            logits, extra = model(**sample["net_input"], features_only=True, return_all_hiddens=True,
+                                  classification_head_name=HEAD, dial=Dial(neurons=neurons))
+        return logits, extra["inner_states"][1:]
+
+    full, teacher = run([4, 4], None)
+    small, states = run([1, 1], (32, 32))
+    target = sample["target"]
+    hidden = 0.0
+    for b, tokens in enumerate(sample["net_input"]["src_tokens"]):
+        real = tokens.ne(pad)
+        for state, reference in zip(states, teacher):
+            hidden = hidden + ((state[real, b] - reference[real, b]) ** 2).mean()
+    expected = F_.cross_entropy(full, target, reduction="sum") + F_.cross_entropy(small, target, reduction="sum") \
+        + 2.0 * hidden
+    assert hidden.item() > 0
+    assert logs["width_loss"].item() == pytest.approx(expected.item(), rel=1e-5)
+    with pytest.raises(ValueError, match="--distill-hidden-weight must be 0 unless --sandwich-widths is 2 or more"):
+        make_criterion(distill_hidden_weight=1.0)

@@ -8,49 +8,17 @@ import pytest
 import torch
 
 from budget_plugin import BudgetFormerModel
-from budget_plugin.data.prepare import prepare_task
-from budget_plugin.tools.tiny_bert import SPECIAL_TOKENS, TINY, write_bert
-from conftest import REPO, run
+from conftest import PAIRS, REPO, pair_task_training, run, wordpiece_pair_task
 
 pytestmark = pytest.mark.slow  # converts, prepares and trains with the fairseq tools
-
-PIECES = ["the", "film", "a", "good", "bad", "plot", "cafe", "de", "##ja", "vu", "un", "##bel", "##ie", "##va",
-          "##bly", "!", ",", ".", "is", "was", "not"]
-PAIRS = [  # accents, unknown words and characters, long inputs
-    ("Café déjà vu!", "The film was good."),
-    ("Unbelievably BAD plot, xyzzy 漢.", "the plot is not good"),
-    (" ".join(["the good film"] * 15), "a bad plot"),
-    ("naïve", "déjà vu, déjà vu"),
-]
 
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
     root = tmp_path_factory.mktemp("wordpiece")
-    vocab = SPECIAL_TOKENS + PIECES
-    bert = write_bert(root / "bert", dict(TINY, vocab_size=len(vocab), max_position_embeddings=128), vocab)
-    model = root / "model"
-    run([sys.executable, REPO / "scripts" / "convert_bert.py", bert, model])
-    raw = root / "RTE"
-    raw.mkdir()
-    for split, n in (("train", 64), ("dev", 16)):
-        rows = ["index\tsentence1\tsentence2\tlabel"]
-        rows += [f"{i}\t{a}\t{b}\t{'entailment' if i % 2 else 'not_entailment'}"
-                 for i, (a, b) in enumerate(PAIRS * (n // len(PAIRS)))]
-        (raw / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    (raw / "test.tsv").write_text("index\tsentence1\tsentence2\n0\tgood\tbad\n", encoding="utf-8")
-    prepare_task(raw, root, wordpiece=model, max_positions=128, log=lambda m: None)
-    data = root / "RTE-bin"
+    data, model = wordpiece_pair_task(root)
     save = root / "ckpt"
-    output = run(["fairseq-train", data, "--user-dir", REPO / "budget_plugin", "--task", "budget_sentence_prediction",
-                  "--arch", "budgetformer", "--encoder-layers", 2, "--encoder-embed-dim", 32,
-                  "--encoder-ffn-embed-dim", 64, "--encoder-attention-heads", 4, "--max-positions", 128,
-                  "--layernorm-eps", 1e-12, "--restore-file", model / "model.pt", "--reset-optimizer",
-                  "--reset-dataloader", "--reset-meters", "--criterion", "budget_sentence_prediction",
-                  "--num-classes", 2, "--init-token", 0, "--separator-token", 2, "--batch-size", 16,
-                  "--optimizer", "adam", "--lr", 1e-3, "--max-epoch", 2, "--save-dir", save, "--cpu",
-                  "--num-workers", 0, "--seed", 1, "--no-epoch-checkpoints"])
-    return data, save, output
+    return data, save, run(pair_task_training(data, model, save))
 
 
 def test_a_pair_task_prepared_with_wordpiece_trains_and_validates(prepared):

@@ -61,6 +61,9 @@ def main(argv=None) -> int:
     parser.add_argument("--min-ffn-ratio", type=float, default=nested.min_ffn_ratio,
                         help="the smallest FFN width trained, a fraction of each layer's neurons; 0: the heads "
                         "alone are nested (default: %(default)s)")
+    parser.add_argument("--calibration-examples", type=int, default=nested.calibration_examples,
+                        help="the head dial is calibrated on about this many dev examples, spread over their "
+                        "lengths (0: all of dev; default: %(default)s)")
     parser.add_argument("--threads", type=int, help="fairseq-train's CPU threads (default: torch's)")
     parser.add_argument("--cpu", action="store_true", help="train on the CPU even where there is a GPU "
                         "(default: the GPU when there is one)")
@@ -84,7 +87,8 @@ def main(argv=None) -> int:
                                  max_tokens=args.max_tokens or None,
                                  validate_interval_updates=args.validate_interval_updates, save_optimizer=False)
         budgets = NestedRecipe(lr=args.lr, max_updates=args.max_updates, min_heads=args.min_heads,
-                               sandwich_widths=args.sandwich_widths, min_ffn_ratio=args.min_ffn_ratio)
+                               sandwich_widths=args.sandwich_widths, min_ffn_ratio=args.min_ffn_ratio,
+                               calibration_examples=args.calibration_examples)
         log(f"training on the {'CPU' if cpu else 'GPU'}" + (" in half precision" if args.fp16 else ""))
         best = finetune_nested(args.model_dir, args.data_dir, args.save_dir, recipe, budgets, log, args.threads,
                                redo=args.redo, cpu=cpu, fp16=args.fp16)

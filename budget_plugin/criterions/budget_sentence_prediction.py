@@ -78,6 +78,15 @@ class BudgetSentencePredictionConfig(SentencePredictionCriterionConfig):
             "width). Each width costs about one more forward and backward. 0: off"
         },
     )
+    distill_hidden_weight: float = field(
+        default=0.0,
+        metadata={
+            "help": "with --sandwich-widths, also distil the full width's hidden states into every "
+            "narrower width (DynaBERT's second term): this weight times the mean squared difference "
+            "of each layer's output, averaged over an example's tokens and features, summed over "
+            "layers and examples. 0: off"
+        },
+    )
     min_ffn_ratio: float = field(
         default=0.0,
         metadata={
@@ -133,6 +142,11 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
         require(not cfg.min_ffn_ratio or cfg.sandwich_widths > 1, "min-ffn-ratio",
                 "0 unless --sandwich-widths is 2 or more (the FFN's widths are the sandwich's)", cfg.min_ffn_ratio)
         self.min_ffn_ratio = cfg.min_ffn_ratio
+        require(cfg.distill_hidden_weight >= 0, "distill-hidden-weight", ">= 0", cfg.distill_hidden_weight)
+        require(not cfg.distill_hidden_weight or cfg.sandwich_widths > 1, "distill-hidden-weight",
+                "0 unless --sandwich-widths is 2 or more (it distils the full width into narrower ones)",
+                cfg.distill_hidden_weight)
+        self.distill_hidden_weight = cfg.distill_hidden_weight
         self.teacher = self.distill_weight = self.distill_temperature = None
         if cfg.distill_logits:
             require(not self.regression_target, "distill-logits", "unset with --regression-target", cfg.distill_logits)
@@ -160,15 +174,21 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
             # every head first: the other widths distil its logits (in place, detached);
             # it learns from the cached teacher only: in place, it is the teacher
             with passes.unsynced():
-                full = self.width_logits(model, sample, None)
+                full, full_states = self.width_forward(model, sample, None)
                 cached = self.teacher_logits(sample, None, full.size(1))
                 width_loss = passes.add(self.fitted(self.task_loss(full, sample), full, cached))
             full = full.detach()
+            full_states = [state.detach() for state in full_states]
             teacher = self.teacher_logits(sample, full, full.size(1))
             for heads, neurons in self.widths(model):
                 with passes.unsynced():
-                    logits = self.width_logits(model, sample, heads, neurons)
-                    width_loss = width_loss + passes.add(self.fitted(self.task_loss(logits, sample), logits, teacher))
+                    logits, states = self.width_forward(model, sample, heads, neurons)
+                    loss = self.fitted(self.task_loss(logits, sample), logits, teacher)
+                    if self.distill_hidden_weight:
+                        padding = sample["net_input"]["src_tokens"].eq(model.encoder.sentence_encoder.padding_idx)
+                        loss = loss + self.distill_hidden_weight * self.hidden_distillation(states, full_states,
+                                                                                            padding)
+                    width_loss = width_loss + passes.add(loss)
         # the router's pass last: it uses every parameter, so that data parallelism can
         # reduce the update's gradients once, after it. The parent's forward gives the
         # task loss, accuracy and GLUE's predictions (--report-mcc ...) exactly as
@@ -210,15 +230,28 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
             logging_output["distill_loss"] = distill_loss.data
         return passes.total, sample_size, logging_output
 
-    def width_logits(self, model, sample, heads: Optional[List[int]], neurons: Optional[List[int]] = None) -> Tensor:
+    def width_forward(self, model, sample, heads: Optional[List[int]],
+                      neurons: Optional[List[int]] = None) -> Tuple[Tensor, List[Tensor]]:
         """The classifier's logits with ``heads`` heads in each layer (None: every head)
-        and its first ``neurons`` FFN neurons (None: every neuron)."""
+        and its first ``neurons`` FFN neurons (None: every neuron), and, with
+        --distill-hidden-weight, every layer's output (T x B x C; else none)."""
         counts = heads or [model.args.encoder_attention_heads] * model.args.encoder_layers
         dial = Dial(neurons=None if neurons is None else tuple(neurons))
+        hiddens = bool(self.distill_hidden_weight)
         with model.forced_heads(counts):
-            logits, _ = model(**sample["net_input"], features_only=True,
-                              classification_head_name=self.classification_head_name, dial=dial)
-        return logits
+            logits, extra = model(**sample["net_input"], features_only=True, return_all_hiddens=hiddens,
+                                  classification_head_name=self.classification_head_name, dial=dial)
+        return logits, extra["inner_states"][1:] if hiddens else []  # [0]: the embeddings, not nested
+
+    @staticmethod
+    def hidden_distillation(states: List[Tensor], teacher: List[Tensor], padding: Tensor) -> Tensor:
+        """Sum over layers and examples of the mean squared difference of a layer's output
+        from the teacher's over the example's tokens (padding left out) and features."""
+        keep = (~padding).t().unsqueeze(-1).float()  # T x B x 1
+        per_example = keep.sum(dim=0).squeeze(-1) * states[0].size(-1)  # B: its tokens x features
+        loss = sum((((state.float() - target.float()) ** 2) * keep).sum(dim=(0, 2))
+                   for state, target in zip(states, teacher))
+        return (loss / per_example).sum()
 
     def task_loss(self, logits: Tensor, sample) -> Tensor:
         """The summed task loss, as the parent's forward computes it."""

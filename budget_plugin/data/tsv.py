@@ -6,10 +6,11 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator, List, Optional, Tuple, Union
+from typing import Callable, Iterator, List, Optional, Tuple, Union
 
 from budget_plugin.data.glue_layout import Columns, Layout
 from budget_plugin.tools.errors import DataError
+from budget_serve.texts import not_utf8, utf8_lines
 
 # GLUE texts hold long fields; the csv module's default limit (128 KiB) is not enough in general.
 csv.field_size_limit(2**31 - 1)
@@ -26,26 +27,6 @@ class Split:
     labels: Optional[List[str]] = None  # None for unlabelled test files
     skipped: Counter = field(default_factory=Counter)  # reason -> rows skipped
     first_skipped_line: Optional[int] = None
-
-
-def utf8_lines(stream: BinaryIO) -> Iterator[Tuple[int, Union[str, UnicodeDecodeError]]]:
-    """Yield (line number, line) from a binary stream, without the line ending: the
-    line decoded as UTF-8, or the decode error, so that the caller names the line."""
-    for lineno, raw in enumerate(stream, start=1):
-        raw = raw.rstrip(b"\n").rstrip(b"\r")
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            yield lineno, e
-            continue
-        if lineno == 1:
-            line = line.lstrip("\ufeff")  # tolerate a byte-order mark
-        yield lineno, line
-
-
-def not_utf8(error: UnicodeDecodeError) -> str:
-    """Where a line stops being UTF-8, for a message that names its file and line."""
-    return f"invalid UTF-8 byte 0x{error.object[error.start]:02x} at byte {error.start + 1}"
 
 
 def _file_lines(path: Path) -> Iterator[Tuple[int, Union[str, UnicodeDecodeError]]]:

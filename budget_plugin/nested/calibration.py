@@ -14,7 +14,7 @@ buffer) with the split it was calibrated on (``dial_calibration``, which the exp
 reads), so that serving needs no data; the model interpolates between its rows."""
 
 from pathlib import Path
-from typing import Callable, Dict, Sequence
+from typing import Callable, Dict, Optional, Sequence
 
 import torch
 
@@ -103,9 +103,21 @@ def calibrate(model, batches: Sequence[dict], ratios: Sequence[float] = DIAL_RAT
     return torch.tensor(sorted(rows.items()))
 
 
+def spread(batches: Sequence[dict], examples: int) -> Sequence[dict]:
+    """About ``examples`` of the batches' examples: whole batches, evenly spaced (fairseq's
+    evaluation batches go from the shortest inputs to the longest, so that the lengths,
+    and the budgets that follow them, are spread as in the whole split)."""
+    total = sum(sample["nsentences"] for sample in batches)
+    if total <= examples:
+        return batches
+    kept = max(1, round(len(batches) * examples / total))
+    return [batches[i * len(batches) // kept] for i in range(kept)]
+
+
 def calibrate_checkpoint(checkpoint: Path, data: Path, split: str = "valid", batch_size: int = 64,
-                         log: Callable[[str], None] = print) -> torch.Tensor:
-    """Calibrate a checkpoint's dial on ``split`` of ``data`` and store the table in the
+                         log: Callable[[str], None] = print, max_examples: Optional[int] = None) -> torch.Tensor:
+    """Calibrate a checkpoint's dial on ``split`` of ``data`` (with ``max_examples``, on
+    about that many of its examples: :func:`spread`) and store the table in the
     checkpoint (rewritten atomically), with the split it was calibrated on. Returns the
     table."""
     model, task = load_checkpoint(checkpoint, data)
@@ -117,6 +129,9 @@ def calibrate_checkpoint(checkpoint: Path, data: Path, split: str = "valid", bat
     batches = split_batches(task, batch_size, split)
     if not batches:
         raise DataError(f"{data}: split '{split}' has no examples")
+    if max_examples:
+        batches = spread(batches, max_examples)
+        log(f"calibrating on {sum(sample['nsentences'] for sample in batches)} of the split's examples")
     table = calibrate(model, batches, log=log)
     state = read(checkpoint)
     state["model"]["head_dial"] = table.to(state["model"].get("head_dial", table).dtype)

@@ -136,6 +136,21 @@ def pruned_checkpoint(state: dict, counts: List[int], neurons: Optional[List[int
     return exported
 
 
+def chosen_cut(state: dict, checkpoint: Path, head_ratio: Optional[str], data: Optional[Path],
+               width: Optional[str]) -> Width:
+    """The heads and FFN neurons per layer that ``width`` (export_width) or ``head_ratio``
+    (export_counts; every neuron kept) give the nested checkpoint ``state`` read from
+    ``checkpoint``; neither: the whole model."""
+    args = model_options(state)
+    if width is not None:
+        return export_width(state, width)
+    if head_ratio is not None:
+        counts = export_counts(checkpoint, head_ratio, data)
+        return Width(tuple(counts), (args.encoder_ffn_embed_dim,) * len(counts))
+    layers = args.encoder_layers
+    return Width((args.encoder_attention_heads,) * layers, (args.encoder_ffn_embed_dim,) * layers)
+
+
 def export_pruned(checkpoint: Path, out: Path, head_ratio: Optional[str] = None, data: Optional[Path] = None,
                   width: Optional[str] = None) -> Width:
     """Write ``checkpoint``'s model cut to ``head_ratio``'s head counts (export_counts;
@@ -144,12 +159,7 @@ def export_pruned(checkpoint: Path, out: Path, head_ratio: Optional[str] = None,
     if (head_ratio is None) == (width is None):
         raise DataError("export: give --head-ratio (heads) or --width (heads and FFN neurons), one of them")
     state = read(checkpoint)
-    args = model_options(state)
-    if width is not None:
-        cut = export_width(state, width)
-    else:
-        counts = export_counts(checkpoint, head_ratio, data)
-        cut = Width(tuple(counts), (args.encoder_ffn_embed_dim,) * len(counts))
+    cut = chosen_cut(state, checkpoint, head_ratio, data, width)
     buffer = io.BytesIO()
     torch.save(pruned_checkpoint(state, list(cut.heads), None if width is None else list(cut.neurons)), buffer)
     write_atomic(out, buffer.getvalue())

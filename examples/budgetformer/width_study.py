@@ -15,9 +15,9 @@ from pathlib import Path
 
 logging.basicConfig(level=logging.WARNING)  # before fairseq sets up logging at INFO
 
-from budget_plugin.tools.errors import DataError, run_cli  # noqa: E402
-from budget_plugin.tools.files import write_atomic, write_json  # noqa: E402
+from budget_plugin.tools.errors import run_cli  # noqa: E402
 from budget_plugin.tools.progress import log  # noqa: E402
+from budget_research.recipe_study import recipe_checkpoints, write_study  # noqa: E402
 from budget_research.width_study import figure, report, targets, width_study  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,19 +37,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     def body():
-        for path in (args.save_dir / "dense" / "checkpoint_best.pt", args.save_dir / "nested" / "checkpoint_best.pt"):
-            if not path.is_file():
-                raise DataError(f"{path}: not found (run budget-finetune into {args.save_dir} first)")
+        recipe_checkpoints(args.save_dir)
         study = width_study(args.save_dir, args.data, args.dataset, args.seed, args.records, args.threads,
                             repeats=args.repeats, log=log)
         study["targets"] = targets(study)
-        stem = args.out_dir / f"{args.dataset}-seed{args.seed}"
-        args.out_dir.mkdir(parents=True, exist_ok=True)
-        write_json(stem.with_suffix(".json"), study)
-        text = report(study)
-        write_atomic(stem.with_suffix(".md"), text)
-        figure(study, stem.with_suffix(".png"))
-        print(text)
+        print(write_study(study, args.out_dir / f"{args.dataset}-seed{args.seed}", report, figure))
 
     return run_cli(body)
 

@@ -66,17 +66,22 @@ def machine_info(device: torch.device) -> dict:
 
 @torch.no_grad()
 def latencies(models, batches: Sequence[dict], repeats: int) -> List[float]:
-    """Seconds per pass over the batches, per model: median of ``repeats`` rounds after
-    one warm-up round, the models interleaved (and rotated) within each round, so that
-    the machine's drift hits them alike."""
-    times = [[] for _ in models]
+    """Seconds per pass over the batches, per fairseq model (latencies_of)."""
+    return latencies_of([lambda x, model=model: classify(model, x) for model in models], batches, repeats)
+
+
+@torch.no_grad()
+def latencies_of(runs: Sequence[Callable[[torch.Tensor], object]], batches: Sequence[dict],
+                 repeats: int) -> List[float]:
+    """Seconds per pass over the batches, per ``run`` (tokens in): median of ``repeats``
+    rounds after one warm-up round, the runs interleaved (and rotated) within each
+    round, so that the machine's drift hits them alike."""
+    times = [[] for _ in runs]
     for round_ in range(repeats + 1):
-        for i in rotation(len(models), round_):
+        for i in rotation(len(runs), round_):
             start = time.perf_counter()
             for sample in batches:
-                classify(models[i], tokens(sample))
+                runs[i](tokens(sample))
             if round_ > 0:
                 times[i].append(time.perf_counter() - start)
     return [statistics.median(t) for t in times]
-
-

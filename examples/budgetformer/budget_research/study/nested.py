@@ -40,9 +40,11 @@ def scored(model, batches: Dict[str, List[dict]], head_ratio: str) -> dict:
 def train_nested(run: Run, cfg: StudyConfig) -> dict:
     """The nested model of ``run`` (system ``nested``), trained once and scored at every
     dial setting; its record."""
-    # the heads alone, as the study measured them (its records predate the FFN's widths)
-    recipe, nested = recipe_of(run.dense(), cfg), NestedRecipe(min_ffn_ratio=0.0)
-    settings = {key: value for key, value in asdict(nested).items() if key != "min_ffn_ratio"}
+    # the heads alone, calibrated on all of dev, as the study measured them (its records
+    # predate the FFN's widths and the calibration's sample)
+    recipe, nested = recipe_of(run.dense(), cfg), NestedRecipe(min_ffn_ratio=0.0, calibration_examples=None)
+    settings = {key: value for key, value in asdict(nested).items()
+                if key not in ("min_ffn_ratio", "calibration_examples")}
     expected = {"recipe": asdict(recipe), "nested": settings, "dial": list(DIAL)}
     record = cached_record(run.record(cfg), **expected)
     if record is not None:

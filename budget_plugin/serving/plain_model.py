@@ -1,0 +1,108 @@
+"""A fine-tuned RoBERTa or BudgetFormer classifier as a plain PyTorch module, for
+export: token ids in (B x T, padded with fairseq's pad), logits out. It holds copies of
+the fairseq model's own weights and modules (embeddings, layer norms, linear maps,
+activations) and computes what fairseq's encoder computes at inference, written as
+plain tensor operations: no router, no statistics, no ``None`` arguments, no fused
+attention call, so that ``torch.onnx.export`` sees an ordinary graph. A physically cut
+model (nested/export.py) is just narrower: each layer keeps its own heads and FFN
+neurons, read off its weights' shapes."""
+
+import copy
+from typing import List
+
+import torch
+from torch import Tensor, nn
+
+
+class PlainAttention(nn.Module):
+    """fairseq's MultiheadAttention at inference (self-attention over a padded batch):
+    q scaled by d^-0.5 after its projection, padded keys masked with -inf."""
+
+    def __init__(self, attention: nn.Module):
+        super().__init__()
+        self.head_dim = attention.head_dim
+        self.heads = attention.q_proj.out_features // self.head_dim  # the heads this layer holds
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (
+            copy.deepcopy(getattr(attention, name)) for name in ("q_proj", "k_proj", "v_proj", "out_proj"))
+
+    def forward(self, x: Tensor, key_padding: Tensor) -> Tensor:  # x: B x T x C; key_padding: B x 1 x 1 x T
+        B, T, _ = x.shape
+
+        def split(t: Tensor) -> Tensor:  # B x T x h*d -> B x h x T x d
+            return t.reshape(B, T, self.heads, self.head_dim).transpose(1, 2)
+
+        q = split(self.q_proj(x)) * (self.head_dim ** -0.5)
+        scores = (q @ split(self.k_proj(x)).transpose(2, 3)).masked_fill(key_padding, float("-inf"))
+        heads = torch.softmax(scores, dim=-1) @ split(self.v_proj(x))
+        return self.out_proj(heads.transpose(1, 2).reshape(B, T, self.heads * self.head_dim))
+
+
+class PlainLayer(nn.Module):
+    """fairseq's TransformerEncoderLayer at inference (post- or pre-norm, as trained)."""
+
+    def __init__(self, layer: nn.Module):
+        super().__init__()
+        self.self_attn = PlainAttention(layer.self_attn)
+        self.self_attn_layer_norm, self.final_layer_norm, self.fc1, self.fc2 = (
+            copy.deepcopy(getattr(layer, name)) for name in ("self_attn_layer_norm", "final_layer_norm", "fc1", "fc2"))
+        self.activation_fn = layer.activation_fn
+        self.normalize_before = layer.normalize_before
+
+    def forward(self, x: Tensor, key_padding: Tensor) -> Tensor:
+        for norm, block in ((self.self_attn_layer_norm, lambda y: self.self_attn(y, key_padding)),
+                            (self.final_layer_norm, lambda y: self.fc2(self.activation_fn(self.fc1(y))))):
+            residual = x
+            x = residual + block(norm(x) if self.normalize_before else x)
+            if not self.normalize_before:
+                x = norm(x)
+        return x
+
+
+class PlainClassifier(nn.Module):
+    """A fairseq RoBERTa-family classifier (its encoder and one classification head) as
+    plain operations: ``forward(tokens) -> logits``."""
+
+    def __init__(self, model: nn.Module, head: str = "sentence_classification_head"):
+        super().__init__()
+        encoder = model.encoder.sentence_encoder
+        if encoder.embed_positions is None or not hasattr(encoder.embed_positions, "max_positions"):
+            raise ValueError("export needs learned positions (RoBERTa's); this encoder has none or sinusoidal ones")
+        if head not in model.classification_heads:
+            raise ValueError(f"the model has no classification head {head!r} (it has "
+                             f"{', '.join(model.classification_heads) or 'none'})")
+        self.pad = encoder.padding_idx
+        self.embed_scale = float(encoder.embed_scale)
+        self.embed_tokens = copy.deepcopy(encoder.embed_tokens)
+        self.embed_positions = nn.Embedding.from_pretrained(encoder.embed_positions.weight.detach().clone())
+        self.layernorm_embedding = copy.deepcopy(encoder.layernorm_embedding) or nn.Identity()
+        self.layers = nn.ModuleList(PlainLayer(layer) for layer in encoder.layers)
+        self.layer_norm = copy.deepcopy(encoder.layer_norm) or nn.Identity()  # pre-norm models' last norm
+        classifier = model.classification_heads[head]
+        self.dense, self.out_proj = copy.deepcopy(classifier.dense), copy.deepcopy(classifier.out_proj)
+        self.pooler_activation = classifier.activation_fn
+        self.eval()
+
+    @property
+    def max_positions(self) -> int:  # fairseq's learned positions start after the pad's index
+        return self.embed_positions.num_embeddings - self.pad - 1
+
+    @property
+    def heads(self) -> List[int]:
+        return [layer.self_attn.heads for layer in self.layers]
+
+    @property
+    def neurons(self) -> List[int]:
+        return [layer.fc1.out_features for layer in self.layers]
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        padding = tokens.eq(self.pad)
+        real = (~padding).long()
+        positions = torch.cumsum(real, dim=1) * real + self.pad  # fairseq's make_positions
+        x = self.embed_tokens(tokens) * self.embed_scale + self.embed_positions(positions)
+        x = self.layernorm_embedding(x) * real.unsqueeze(-1).to(x.dtype)  # padded positions zeroed, as fairseq does
+        key_padding = padding[:, None, None, :]
+        for layer in self.layers:
+            x = layer(x, key_padding)
+        features = self.layer_norm(x)[:, 0]  # <s>
+        return self.out_proj(self.pooler_activation(self.dense(features)))
+

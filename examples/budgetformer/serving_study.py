@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""The dense model and every width of the dial in PyTorch eager, ONNX Runtime and ONNX
+Runtime int8, on one data set and seed (budget_research/serving_study.py says what is
+measured and how):
+
+    python examples/budgetformer/serving_study.py checkpoints/width-MR data/minilm/MR-bin --dataset MR
+
+Writes OUT_DIR/DATASET-seedN.{json,md,png}: accuracy and latency of every system, the
+issue's targets held or missed, and the accuracy-latency figure."""
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+logging.basicConfig(level=logging.WARNING)  # before fairseq sets up logging at INFO
+
+from budget_plugin.tools.errors import run_cli  # noqa: E402
+from budget_plugin.tools.progress import log  # noqa: E402
+from budget_research.recipe_study import recipe_checkpoints, write_study  # noqa: E402
+from budget_research.serving_study import figure, report, serving_study, targets  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("save_dir", type=Path, help="budget-finetune's SAVE_DIR (dense/, nested/)")
+    parser.add_argument("data", type=Path, help="the binarized data set it was trained on")
+    parser.add_argument("--dataset", required=True, help="its name, for the file names")
+    parser.add_argument("--seed", type=int, default=1, help="the seed it was trained with (default: %(default)s)")
+    parser.add_argument("--out-dir", type=Path, default=REPO / "results" / "serving")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved timing rounds (default: %(default)s)")
+    args = parser.parse_args(argv)
+
+    def body():
+        recipe_checkpoints(args.save_dir)
+        study = serving_study(args.save_dir, args.data, args.dataset, args.seed, args.threads, repeats=args.repeats,
+                              log=log)
+        study["targets"] = targets(study)
+        print(write_study(study, args.out_dir / f"{args.dataset}-seed{args.seed}", report, figure))
+
+    return run_cli(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
