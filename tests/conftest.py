@@ -37,8 +37,8 @@ BIN = Path(sys.executable).parent
 # The files that take longest, longest first (pytest --durations): `make test` runs them
 # first (--dist loadfile --no-loadscope-reorder), so that its two workers finish
 # together instead of one running the last long file alone.
-LONGEST_FIRST = ["test_demo.py", "test_installed.py", "test_reproduce.py", "test_cli.py", "test_latency_study.py",
-                 "test_distributed.py", "test_hub_and_warm_start.py", "test_benchmark.py",
+LONGEST_FIRST = ["test_demo.py", "test_installed.py", "test_onnx.py", "test_reproduce.py", "test_cli.py",
+                 "test_latency_study.py", "test_distributed.py", "test_hub_and_warm_start.py", "test_benchmark.py",
                  "test_distributed_sandwich.py", "test_resume.py", "test_checkpoints.py", "test_hydra.py",
                  "test_glue_metrics.py", "test_convert_bert.py", "test_tools.py", "test_bad_input.py",
                  "test_determinism.py", "test_gpu_heads.py", "test_edge_cases.py", "test_dial_edges.py",

@@ -170,3 +170,15 @@ def test_a_dense_checkpoint_exports_whole_and_refuses_a_dial(pair_task, tmp_path
                            str(tmp_path / "refused"), "--data", str(data), "--width", "0.5"], capture_output=True,
                           text=True)
     assert proc.returncode == 2 and "this one exports whole" in proc.stderr and not (tmp_path / "refused").exists()
+
+
+def test_a_model_that_chooses_heads_per_input_is_refused_by_name(tmp_path):
+    from budget_plugin.serving.onnx_export import exportable
+    from budget_plugin.tools.errors import DataError
+
+    learned = build_model(num_classes=2)  # --head-selection learned: per-input subsets, no fixed graph
+    with pytest.raises(DataError, match="a --head-selection learned model chooses its heads per input"):
+        exportable(checkpoint_state(learned), tmp_path / "x.pt", None, None, tmp_path)
+    nested = build_model(num_classes=2, head_selection="nested", min_heads=1)
+    cut = exportable(checkpoint_state(nested), tmp_path / "x.pt", None, "1:16,4:64", tmp_path)
+    assert PlainClassifier(cut, HEAD).heads == [1, 4] and PlainClassifier(cut, HEAD).neurons == [16, 64]

@@ -136,6 +136,26 @@ def labels_of(task, classes: int) -> List[str]:
     return [dictionary[i + dictionary.nspecial] for i in range(classes)]
 
 
+def exportable(state: dict, checkpoint: Path, head_ratio: Optional[str], width: Optional[str], data: Path):
+    """The fairseq model to export: a nested checkpoint cut at its setting (whole if none;
+    a ratio --head-ratio reads the dial's runs on ``data``), a RoBERTa or an export whole;
+    a model that chooses heads per input is refused."""
+    args = model_options(state)
+    selection = str(getattr(args, "head_selection", "")) if str(getattr(args, "arch", "")).startswith("budget") \
+        else "every head"  # a RoBERTa
+    if selection not in {"nested", "pruned", "every head"}:
+        raise DataError(f"{checkpoint}: a --head-selection {selection} model chooses its heads per input or learns "
+                        "a subset, which no fixed graph computes; export a nested checkpoint at a setting, an "
+                        "export of one (budget-export), or a RoBERTa")
+    if selection != "nested":
+        if head_ratio or width:
+            raise DataError(f"{checkpoint}: --head-ratio and --width dial a --head-selection nested checkpoint; "
+                            "this one exports whole (give neither)")
+        return as_budgetformer(state)
+    cut = chosen_cut(state, checkpoint, head_ratio, data, width)
+    return as_budgetformer(pruned_checkpoint(state, list(cut.heads), list(cut.neurons)))
+
+
 def export_onnx(checkpoint: Path, data: Path, out_dir: Path, head_ratio: Optional[str] = None,
                 width: Optional[str] = None, int8: bool = False, split: str = "valid", batch_size: int = 32,
                 log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> dict:
@@ -143,37 +163,21 @@ def export_onnx(checkpoint: Path, data: Path, out_dir: Path, head_ratio: Optiona
     whole; a dense RoBERTa or BudgetFormer whole) with ``data``'s tokenizer and labels
     into ``out_dir``; returns the manifest. ``split`` (of ``data``): where equality is
     checked and each file's accuracy taken."""
-    state = read(checkpoint)
-    args = model_options(state)
-    selection = str(getattr(args, "head_selection", "")) if str(getattr(args, "arch", "")).startswith("budget") \
-        else "every head"  # a RoBERTa
-    nested = selection == "nested"
-    if selection not in {"nested", "pruned", "every head"}:
-        raise DataError(f"{checkpoint}: a --head-selection {selection} model chooses its heads per input or learns "
-                        "a subset, which no fixed graph computes; export a nested checkpoint at a setting, an "
-                        "export of one (budget-export), or a RoBERTa")
-    if not nested and (head_ratio or width):
-        raise DataError(f"{checkpoint}: --head-ratio and --width dial a --head-selection nested checkpoint; "
-                        "this one exports whole (give neither)")
+    import onnxruntime
+
     try:
         wordpiece = tokenizer_file(data)
     except FileNotFoundError:
-        raise DataError(f"--data {data}: no tokenizer.json or vocab.txt (the predictor tokenizes as the data "
-                        "was prepared: budget-prepare --tokenizer PATH writes it there)") from None
-    _, task = load_checkpoint(checkpoint, data)
+        raise DataError(f"--data {data}: no tokenizer.json or vocab.txt (the predictor tokenizes as the data was "
+                        "prepared: budget-prepare --wordpiece MODEL writes it there)") from None
     if split not in {"valid", "test"} or not list((data / "input0").glob(f"{split}.*")):
         raise DataError(f"--data {data}: no {split} split to check the export on")
+    state = read(checkpoint)
+    args = model_options(state)
+    model = exportable(state, checkpoint, head_ratio, width, data)
+    _, task = load_checkpoint(checkpoint, data)
     batches = split_batches(task, batch_size, split)
-
-    if nested:
-        cut = chosen_cut(state, checkpoint, head_ratio, data, width)
-        state = pruned_checkpoint(state, list(cut.heads), list(cut.neurons))
-    model = as_budgetformer(state)
     plain = PlainClassifier(model, HEAD)
-    classes = plain.out_proj.out_features
-
-    def fairseq_logits(x: torch.Tensor) -> torch.Tensor:
-        return model(x, classification_head_name=HEAD)[0]
 
     with building_dir(out_dir) as tmp:
         log(f"exporting {checkpoint}: heads per layer {plain.heads}, FFN neurons per layer {plain.neurons}")
@@ -184,14 +188,16 @@ def export_onnx(checkpoint: Path, data: Path, out_dir: Path, head_ratio: Optiona
             quantize(tmp / "model.onnx", tmp / "model.int8.onnx")
             files["int8"] = "model.int8.onnx"
         log(f"checking every file against fairseq on {split}")
-        accuracy, difference = compare(fairseq_logits, batches, {kind: session(tmp / name)
-                                                                 for kind, name in files.items()})
+        accuracy, difference = compare(lambda x: model(x, classification_head_name=HEAD)[0], batches,
+                                       {kind: session(tmp / name) for kind, name in files.items()})
         if difference["fp32"] > TOLERANCE:
             raise RuntimeError(f"the ONNX graph's logits differ from fairseq's by {difference['fp32']:.2e} on "
                                f"{split} (more than {TOLERANCE}): not written")
         load_wordpiece(wordpiece).save(str(tmp / "tokenizer.json"))
-        write_json(tmp / "vocabulary.json", task.source_dictionary.indices, indent=0)
-        lengths = [float((tokens(b) != plain.pad).sum(1).float().mean()) for b in batches]
+        dictionary = task.source_dictionary
+        write_json(tmp / "vocabulary.json", dictionary.indices, indent=0)
+        real = sum(int((tokens(b) != plain.pad).sum()) for b in batches)
+        length = real / sum(tokens(b).size(0) for b in batches)  # the split's mean pieces per example
         manifest = {
             "format": MANIFEST_FORMAT,
             "source": {"checkpoint": str(checkpoint), "sha256": sha256(checkpoint)},
@@ -200,14 +206,13 @@ def export_onnx(checkpoint: Path, data: Path, out_dir: Path, head_ratio: Optiona
             "neurons": plain.neurons,
             "full": {"heads": args.encoder_attention_heads, "neurons": args.encoder_ffn_embed_dim,
                      "layers": args.encoder_layers},
-            "model_flops_ratio": layers_flops_ratio(plain.heads, plain.neurons, args, sum(lengths) / len(lengths)),
-            "labels": labels_of(task, classes),
+            "model_flops_ratio": layers_flops_ratio(plain.heads, plain.neurons, args, length),
+            "labels": labels_of(task, plain.out_proj.out_features),
             "max_positions": plain.max_positions,
-            "special": {"bos": task.source_dictionary.bos(), "pad": plain.pad, "eos": task.source_dictionary.eos(),
-                        "unk": task.source_dictionary.unk()},
+            "special": {"bos": dictionary.bos(), "pad": plain.pad, "eos": dictionary.eos(), "unk": dictionary.unk()},
             "files": files,
             "opset": OPSET,
-            "exported_with": {"torch": torch.__version__, "onnxruntime": __import__("onnxruntime").__version__},
+            "exported_with": {"torch": torch.__version__, "onnxruntime": onnxruntime.__version__},
             "checked_on": {"split": split, "accuracy": accuracy, "max_abs_logit_difference": difference},
         }
         write_json(tmp / MANIFEST, manifest)

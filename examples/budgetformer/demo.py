@@ -128,13 +128,18 @@ def chosen_width(calibration: Path, dense_dev: float) -> str:
     return min(near, key=float) if near else "1"
 
 
+def per_layer(counts) -> str:
+    """Counts per layer, one number when every layer has the same."""
+    return str(counts[0]) if len(set(counts)) == 1 else "/".join(map(str, counts))
+
+
 def table(rows: dict, exports: dict) -> str:
     dense = rows["dense, eager"]
     lines = ["| system | dev acc | test acc | heads ; FFN neurons per layer | model FLOPs / dense "
              "| latency b1 / dense | latency b32 / dense |", "|" + "---|" * 7]
     for name, r in rows.items():
         setting = exports.get(name.split(", ")[0])
-        cut = f"{'/'.join(map(str, setting['heads']))} ; {'/'.join(map(str, setting['neurons']))}" if setting else ""
+        cut = f"{per_layer(setting['heads'])} ; {per_layer(setting['neurons'])}" if setting else ""
         flops = f"{setting['model_flops_ratio']:.3f}" if setting else "1.000"
         lines.append(f"| {name} | {r['dev_accuracy']:.1f} | {r['test_accuracy']:.1f} | {cut} | {flops} "
                      f"| {r['latency_b1_ms'] / dense['latency_b1_ms']:.2f} "

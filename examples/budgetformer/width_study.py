@@ -17,7 +17,7 @@ logging.basicConfig(level=logging.WARNING)  # before fairseq sets up logging at 
 
 from budget_plugin.tools.errors import run_cli  # noqa: E402
 from budget_plugin.tools.progress import log  # noqa: E402
-from budget_research.recipe_study import recipe_checkpoints, write_study  # noqa: E402
+from budget_research.recipe_study import add_arguments, recipe_checkpoints, write_study  # noqa: E402
 from budget_research.width_study import figure, report, targets, width_study  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,15 +25,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("save_dir", type=Path, help="budget-finetune's SAVE_DIR (dense/, nested/)")
-    parser.add_argument("data", type=Path, help="the binarized data set it was trained on")
-    parser.add_argument("--dataset", required=True, help="its name in the latency study's records (MR, TREC, BBC)")
-    parser.add_argument("--seed", type=int, default=1, help="the seed it was trained with (default: %(default)s)")
+    add_arguments(parser, REPO / "results" / "width")
     parser.add_argument("--records", type=Path, default=REPO / "results" / "reproduce",
                         help="the latency study's records (default: %(default)s)")
-    parser.add_argument("--out-dir", type=Path, default=REPO / "results" / "width")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=5, help="interleaved timing rounds (default: %(default)s)")
     args = parser.parse_args(argv)
 
     def body():

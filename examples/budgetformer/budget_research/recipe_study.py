@@ -2,11 +2,23 @@
 the run's two checkpoints, and their outputs, a record, a report and a figure under one
 stem."""
 
+import argparse
 from pathlib import Path
 from typing import Callable, Optional
 
 from budget_plugin.tools.errors import DataError
 from budget_plugin.tools.files import write_atomic, write_json
+
+
+def add_arguments(parser: argparse.ArgumentParser, out_dir: Path) -> None:
+    """The run, its data set and the timing, as every such study takes them."""
+    parser.add_argument("save_dir", type=Path, help="budget-finetune's SAVE_DIR (dense/, nested/)")
+    parser.add_argument("data", type=Path, help="the binarized data set it was trained on")
+    parser.add_argument("--dataset", required=True, help="its name (MR, TREC, BBC: the latency study's records)")
+    parser.add_argument("--seed", type=int, default=1, help="the seed it was trained with (default: %(default)s)")
+    parser.add_argument("--out-dir", type=Path, default=out_dir, help="(default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved timing rounds (default: %(default)s)")
 
 
 def recipe_checkpoints(save_dir: Path) -> None:

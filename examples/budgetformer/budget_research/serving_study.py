@@ -21,6 +21,7 @@ batch 1 (the first ``singles`` test sentences, one at a time) and 32 (the first
 folders are cached under SAVE_DIR/onnx/ (re-exported when their checkpoint changes)."""
 
 import json
+import warnings
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -61,7 +62,10 @@ def systems(save_dir: Path, data: Path, threads: int, widths=DIAL_WIDTHS,
     dense, task = load_checkpoint(dense_path, data)
     nested = load_checkpoint(nested_path, data)[0]
     state = read(nested_path)
-    quantized = torch.ao.quantization.quantize_dynamic(PlainClassifier(dense), {torch.nn.Linear}, dtype=torch.qint8)
+    with warnings.catch_warnings():  # torch's notice that its quantized tensors will be deprecated
+        warnings.simplefilter("ignore")
+        quantized = torch.ao.quantization.quantize_dynamic(PlainClassifier(dense), {torch.nn.Linear},
+                                                           dtype=torch.qint8)
     runs = {"dense, eager": lambda x: classify(dense, x)[0], "dense, eager int8": quantized}
     manifests = {"dense": onnx_folder(dense_path, data, save_dir / "onnx" / "dense", None, log)}
     for width in widths:
