@@ -16,14 +16,17 @@ from budget_serve.texts import add_io_arguments, check_io_arguments, fitted, pre
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="budget-predict", description=__doc__,
+    parser = argparse.ArgumentParser(prog="budget-predict", description=__doc__, allow_abbrev=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--onnx", required=True, metavar="DIR", help="budget-export-onnx's folder")
-    parser.add_argument("--int8", action="store_true", help="its int8 model (exported with --int8)")
+    parser.add_argument("--int8", action="store_true", help="its int8 model (exported with --int8; activations are "
+                        "quantized per batch, so an example's probabilities can move slightly with its batch)")
     parser.add_argument("--threads", type=int, help="ONNX Runtime's threads (default: its own choice)")
     add_io_arguments(parser)
     args = parser.parse_args(argv)
     check_io_arguments(parser, args)
+    if args.threads is not None and args.threads < 1:
+        parser.error(f"--threads must be >= 1, got {args.threads}")
     return args
 
 

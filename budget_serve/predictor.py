@@ -18,16 +18,36 @@ from budget_serve.errors import DataError
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
+MANIFEST_KEYS = ("files", "special", "labels", "max_positions", "heads")
 
 
 def read_manifest(folder: Path) -> dict:
     path = Path(folder) / MANIFEST
     if not path.is_file():
         raise DataError(f"--onnx {folder}: no {MANIFEST} (not a budget-export-onnx folder)")
-    manifest = json.loads(path.read_text(encoding="utf-8"))
-    if manifest.get("format") != MANIFEST_FORMAT:
-        raise DataError(f"{path}: format {manifest.get('format')!r}; this predictor reads format {MANIFEST_FORMAT}")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise DataError(f"{path}: not a manifest ({error})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        found = manifest.get("format") if isinstance(manifest, dict) else None
+        raise DataError(f"{path}: format {found!r}; this predictor reads format {MANIFEST_FORMAT}")
+    missing = [key for key in MANIFEST_KEYS if key not in manifest]
+    if missing:
+        raise DataError(f"{path}: no {', '.join(missing)} (written by another version, or edited)")
     return manifest
+
+
+def session(path: Path, threads: Optional[int] = None):
+    """An ONNX Runtime session on the CPU with every graph optimization, on ``threads``
+    threads (default: ONNX Runtime's choice)."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if threads:
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
 class Predictor:
@@ -35,7 +55,6 @@ class Predictor:
     int8 copy with ``int8``, on ``threads`` threads (default: ONNX Runtime's)."""
 
     def __init__(self, folder, int8: bool = False, threads: Optional[int] = None):
-        import onnxruntime
         from tokenizers import Tokenizer
 
         folder = Path(folder)
@@ -43,6 +62,9 @@ class Predictor:
         kind = "int8" if int8 else "fp32"
         if kind not in manifest["files"]:
             raise DataError(f"{folder}: no {kind} model (export it with budget-export-onnx --int8)")
+        for name in ("tokenizer.json", "vocabulary.json", manifest["files"][kind]):
+            if not (folder / name).is_file():
+                raise DataError(f"{folder}: no {name} (the export is incomplete: export it again)")
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         self.tokenizer.no_padding()  # lengths are the predictor's business, as for the training data
         self.tokenizer.no_truncation()
@@ -51,13 +73,7 @@ class Predictor:
         self.bos, self.pad, self.eos, self.unk = (special[k] for k in ("bos", "pad", "eos", "unk"))
         self.labels: List[str] = manifest["labels"]
         self.max_positions: int = manifest["max_positions"]
-        options = onnxruntime.SessionOptions()
-        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-        if threads:
-            options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
-        self.session = onnxruntime.InferenceSession(str(folder / manifest["files"][kind]), options,
-                                                    providers=["CPUExecutionProvider"])
+        self.session = session(folder / manifest["files"][kind], threads)
 
     def pieces(self, text: str) -> List[int]:
         return [self.ids.get(piece, self.unk) for piece in self.tokenizer.encode(text, add_special_tokens=False).tokens]
@@ -71,6 +87,10 @@ class Predictor:
 
     def logits(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
         """The classifier's logits (B x classes) for encoded examples, padded here."""
+        longest = max(map(len, batch))
+        if longest > self.max_positions:
+            raise ValueError(f"an example of {longest} pieces, over the model's {self.max_positions}: cut it first "
+                             "(budget-predict's --too-long)")
         tokens = np.full((len(batch), max(map(len, batch))), self.pad, dtype=np.int64)
         for row, ids in zip(tokens, batch):
             row[: len(ids)] = ids
@@ -78,7 +98,9 @@ class Predictor:
 
     def probabilities(self, encoded: Sequence[Sequence[int]], batch_size: int = 32) -> np.ndarray:
         """Class probabilities (N x classes) of encoded examples, batched by length (the
-        longest first, so that little padding is computed), in the examples' order."""
+        longest first, so that little padding is computed), in the examples' order. The
+        int8 model quantizes activations per batch, so its probabilities for an example
+        can move slightly with the examples batched beside it; fp32's do not."""
         order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
         probs = np.zeros((len(encoded), len(self.labels)), dtype=np.float64)
         for start in range(0, len(order), batch_size):

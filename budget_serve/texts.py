@@ -32,6 +32,8 @@ def utf8_lines(stream: BinaryIO) -> Iterator[Tuple[int, Union[str, UnicodeDecode
 def not_utf8(error: UnicodeDecodeError) -> str:
     """Where a line stops being UTF-8, for a message that names its file and line."""
     return f"invalid UTF-8 byte 0x{error.object[error.start]:02x} at byte {error.start + 1}"
+
+
 def read_examples(stream: BinaryIO, name) -> List[List[str]]:
     """One text or two tab-separated texts a line. A line that is not UTF-8 is refused
     rather than decoded with replacement characters: its prediction would be for a text

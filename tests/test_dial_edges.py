@@ -234,14 +234,14 @@ def test_budget_predict_refuses_to_dial_an_export(nested_checkpoint, tmp_path):
 
 
 def test_calibration_on_a_sample_takes_evenly_spaced_whole_batches():
-    """spread(): about the asked examples, whole batches from the shortest to the longest
-    (fairseq's order), the first one included; all of them when the split is smaller."""
+    """spread(): about the asked examples, whole batches from the middle of each equal
+    stretch of fairseq's order (shortest to longest); all of them when the split is smaller."""
     from budget_plugin.nested.calibration import spread
 
     found = [{"nsentences": 64, "id": i} for i in range(16)] + [{"nsentences": 42, "id": 16}]  # 1066 examples
     kept = spread(found, 512)
-    assert [b["id"] for b in kept] == [0, 2, 4, 6, 8, 10, 12, 14]
+    assert [b["id"] for b in kept] == [1, 3, 5, 7, 9, 11, 13, 15]
     assert sum(b["nsentences"] for b in kept) == 512
-    assert spread(found, 5000) == found and [b["id"] for b in spread(found, 1)] == [0]
-    some = [b["id"] for b in spread(found, 400)]  # 6 of 17 batches, to the longest end
-    assert some == [0, 2, 5, 8, 11, 14]
+    assert spread(found, 5000) == found and [b["id"] for b in spread(found, 1)] == [8]
+    some = [b["id"] for b in spread(found, 400)]  # 6 of 17 batches, from both ends' stretches
+    assert some == [1, 4, 7, 9, 12, 15]

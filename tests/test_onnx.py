@@ -6,6 +6,7 @@ what the fairseq path prints."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -14,9 +15,10 @@ import pytest
 import torch
 
 from budget_plugin.nested.export import pruned_checkpoint
-from budget_plugin.serving.onnx_export import export_graph, layers_flops_ratio, session
+from budget_plugin.serving.onnx_export import export_graph, layers_flops_ratio
 from budget_plugin.serving.plain_model import PlainClassifier
 from budget_plugin.tools.checkpoints import as_budgetformer
+from budget_serve.predictor import session
 from conftest import PAIRS, REPO, build_model, pair_task_training, random_tokens, run, wordpiece_pair_task
 
 HEAD = "sentence_classification_head"
@@ -157,6 +159,22 @@ def test_export_onnx_at_a_width_checks_itself_and_serves_without_torch(pair_task
     proc = served(blocked, "--checkpoint-dir", save, "--data", data, "--input", texts)  # a checkpoint needs torch
     assert proc.returncode == 2 and "needs torch and fairseq" in proc.stderr and "give --onnx DIR" in proc.stderr
 
+    # the checkpoint path's own command hands --onnx over; a broken folder is refused naming its file
+    from budget_plugin.cli.predict import main as checkpoint_main
+    from budget_serve.errors import DataError
+    from budget_serve.predictor import Predictor
+
+    assert checkpoint_main(["--onnx", str(out), "--input", str(texts), "--output", str(tmp_path / "again.tsv")]) == 0
+    assert (tmp_path / "again.tsv").read_text() == predictions.read_text()
+    broken = tmp_path / "broken"
+    shutil.copytree(out, broken)
+    (broken / "tokenizer.json").unlink()
+    with pytest.raises(DataError, match=f"{broken}: no tokenizer.json"):
+        Predictor(broken)
+    (broken / "manifest.json").write_text("{not json")
+    with pytest.raises(DataError, match=f"{broken / 'manifest.json'}: not a manifest"):
+        Predictor(broken)
+
 
 @pytest.mark.slow
 def test_a_dense_checkpoint_exports_whole_and_refuses_a_dial(pair_task, tmp_path):
@@ -170,6 +188,16 @@ def test_a_dense_checkpoint_exports_whole_and_refuses_a_dial(pair_task, tmp_path
                            str(tmp_path / "refused"), "--data", str(data), "--width", "0.5"], capture_output=True,
                           text=True)
     assert proc.returncode == 2 and "this one exports whole" in proc.stderr and not (tmp_path / "refused").exists()
+    # an export replaces its folder whole: a folder that is not an export is refused, and kept
+    from budget_plugin.serving.onnx_export import export_onnx
+    from budget_plugin.tools.errors import DataError
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    with pytest.raises(DataError, match=f"{mine}: a folder that is not an export"):
+        export_onnx(save / "checkpoint_best.pt", data, mine)
+    assert (mine / "notes.txt").read_text() == "keep me"
 
 
 def test_a_model_that_chooses_heads_per_input_is_refused_by_name(tmp_path):

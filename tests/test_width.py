@@ -227,3 +227,6 @@ def test_hidden_state_distillation_adds_each_layers_mean_squared_difference_from
     assert logs["width_loss"].item() == pytest.approx(expected.item(), rel=1e-5)
     with pytest.raises(ValueError, match="--distill-hidden-weight must be 0 unless --sandwich-widths is 2 or more"):
         make_criterion(distill_hidden_weight=1.0)
+    model.args.encoder_layerdrop = 0.1  # each pass would drop other layers: no layer would have its teacher
+    with pytest.raises(ValueError, match="--distill-hidden-weight needs every layer in every pass"):
+        criterion(model, sample)

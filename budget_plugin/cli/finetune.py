@@ -71,6 +71,8 @@ def main(argv=None) -> int:
     parser.add_argument("--redo", action="store_true",
                         help="where SAVE_DIR holds steps run with other options, run them again (default: refuse)")
     args = parser.parse_args(argv)
+    if args.calibration_examples < 0:
+        parser.error(f"--calibration-examples must be >= 0 (0: all of dev), got {args.calibration_examples}")
     cpu = args.cpu or not torch.cuda.is_available()
     if args.fp16 and cpu:
         parser.error("--fp16 needs a GPU: " + ("--cpu was given" if args.cpu else "torch finds none"))

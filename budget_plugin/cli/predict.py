@@ -23,15 +23,18 @@ from budget_plugin.tools.hub import add_checkpoint_arguments, load_hub
 from budget_serve.texts import add_io_arguments, check_io_arguments, fitted, predict_command, progress
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse_args(argv: Optional[Sequence[str]] = None) -> Optional[argparse.Namespace]:
+    parser = argparse.ArgumentParser(prog="budget-predict", description=__doc__, allow_abbrev=False,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     add_checkpoint_arguments(parser)
     add_io_arguments(parser)
     parser.add_argument("--head", default="sentence_classification_head")
     parser.add_argument("--cpu", action="store_true", help="stay on the CPU even when a GPU is present")
     parser.add_argument("--onnx", metavar="DIR", help="predict with budget-export-onnx's folder instead "
-                        "(ONNX Runtime; needs neither torch nor fairseq, nor the options above but --input, "
-                        "--output, --batch-size and --too-long)")
+                        "(ONNX Runtime; needs neither torch nor fairseq, nor the checkpoint's options; "
+                        "budget-predict --onnx DIR --help for its own: --int8, --threads)")
+    if any(arg == "--onnx" or arg.startswith("--onnx=") for arg in (sys.argv[1:] if argv is None else argv)):
+        return None  # the ONNX path's, parsed there
     args = parser.parse_args(argv)
     check_io_arguments(parser, args)
     return args
@@ -61,7 +64,12 @@ def predict_rows(args: argparse.Namespace, name: str, examples: List[List[str]])
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    return predict_command(parse_args(argv), predict_rows)
+    args = parse_args(argv)
+    if args is None:  # --onnx: the torch-free command's options and path
+        from budget_serve.predict import main as onnx_main
+
+        return onnx_main(argv)
+    return predict_command(args, predict_rows)
 
 
 if __name__ == "__main__":

@@ -168,6 +168,9 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
                 "statistics (--arch budgetformer*); use sentence_prediction for others"
             )
         sandwich = bool(self.sandwich_widths) and model.training
+        if sandwich and self.distill_hidden_weight and getattr(model.args, "encoder_layerdrop", 0):
+            raise OptionError("--distill-hidden-weight needs every layer in every pass: --encoder-layerdrop 0 "
+                              "(each pass would drop other layers, and no layer's output would have its teacher's)")
         passes = UpdatePasses(model, backward)
         width_loss = full = None
         if sandwich:

@@ -111,7 +111,7 @@ def spread(batches: Sequence[dict], examples: int) -> Sequence[dict]:
     if total <= examples:
         return batches
     kept = max(1, round(len(batches) * examples / total))
-    return [batches[i * len(batches) // kept] for i in range(kept)]
+    return [batches[(2 * i + 1) * len(batches) // (2 * kept)] for i in range(kept)]  # each stretch's middle
 
 
 def calibrate_checkpoint(checkpoint: Path, data: Path, split: str = "valid", batch_size: int = 64,

@@ -33,9 +33,14 @@ from budget_plugin.tools.checkpoints import as_budgetformer, load_checkpoint, mo
 from budget_plugin.tools.errors import DataError
 from budget_plugin.tools.evaluation import split_batches, tokens
 from budget_plugin.tools.files import building_dir, write_json
-from budget_serve.predictor import MANIFEST, MANIFEST_FORMAT
+from budget_serve.predictor import MANIFEST, MANIFEST_FORMAT, session
 
 OPSET = 18
+
+
+class ExportError(Exception):
+    """The graph does not compute what fairseq computes (a bug, not the user's input): exit 1."""
+
 HEAD = "sentence_classification_head"
 # ONNX Runtime's fp32 logits against fairseq's: float32 rounding of the same operations
 # in another order; anything larger is a wrong graph, which is not written
@@ -59,6 +64,17 @@ def layers_flops_ratio(heads: Sequence[int], neurons: Sequence[int], args, lengt
         return float(attention_flops(T, torch.tensor([h]), C, H, router_outputs=0)[0]) + ffn_flops(T, 1, C, f, F)[0]
 
     return sum(map(layer, heads, neurons)) / (len(heads) * layer(H, F))
+
+
+def example_tokens(dictionary) -> torch.Tensor:
+    """Two examples to trace with, one padded: a batch and length of at least 2, so that
+    the exporter keeps both dimensions dynamic (it fixes a dimension it sees at 1)."""
+    words = [dictionary.nspecial + i % (len(dictionary) - dictionary.nspecial) for i in range(6)]
+    rows = [[dictionary.bos(), *words, dictionary.eos()], [dictionary.bos(), *words[:3], dictionary.eos()]]
+    example = torch.full((2, len(rows[0])), dictionary.pad(), dtype=torch.long)
+    for row, ids in zip(example, rows):
+        row[: len(ids)] = torch.tensor(ids)
+    return example
 
 
 def export_graph(plain: PlainClassifier, example: torch.Tensor, path: Path) -> None:
@@ -99,16 +115,6 @@ def quiet(*loggers: str):
     finally:
         for logger, level in saved:
             logger.setLevel(level)
-
-
-def session(path: Path, threads: Optional[int] = None):
-    import onnxruntime
-
-    options = onnxruntime.SessionOptions()
-    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-    if threads:
-        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
 def compare(reference: Callable[[torch.Tensor], torch.Tensor], batches: Sequence[dict], sessions: Dict[str, object]):
@@ -172,16 +178,22 @@ def export_onnx(checkpoint: Path, data: Path, out_dir: Path, head_ratio: Optiona
                         "prepared: budget-prepare --wordpiece MODEL writes it there)") from None
     if split not in {"valid", "test"} or not list((data / "input0").glob(f"{split}.*")):
         raise DataError(f"--data {data}: no {split} split to check the export on")
+    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / MANIFEST).is_file():
+        raise DataError(f"{out_dir}: a folder that is not an export (no {MANIFEST}); an export replaces its "
+                        "folder whole: give a new or empty one")
     state = read(checkpoint)
     args = model_options(state)
     model = exportable(state, checkpoint, head_ratio, width, data)
     _, task = load_checkpoint(checkpoint, data)
     batches = split_batches(task, batch_size, split)
-    plain = PlainClassifier(model, HEAD)
+    try:
+        plain = PlainClassifier(model, HEAD)
+    except ValueError as error:
+        raise DataError(f"{checkpoint}: {error}") from None
 
     with building_dir(out_dir) as tmp:
         log(f"exporting {checkpoint}: heads per layer {plain.heads}, FFN neurons per layer {plain.neurons}")
-        export_graph(plain, tokens(batches[0]), tmp / "model.onnx")
+        export_graph(plain, example_tokens(task.source_dictionary), tmp / "model.onnx")
         files = {"fp32": "model.onnx"}
         if int8:
             log("quantizing to int8 (ONNX Runtime's dynamic quantization)")
@@ -191,8 +203,8 @@ def export_onnx(checkpoint: Path, data: Path, out_dir: Path, head_ratio: Optiona
         accuracy, difference = compare(lambda x: model(x, classification_head_name=HEAD)[0], batches,
                                        {kind: session(tmp / name) for kind, name in files.items()})
         if difference["fp32"] > TOLERANCE:
-            raise RuntimeError(f"the ONNX graph's logits differ from fairseq's by {difference['fp32']:.2e} on "
-                               f"{split} (more than {TOLERANCE}): not written")
+            raise ExportError(f"{checkpoint}: the ONNX graph's logits differ from fairseq's by "
+                              f"{difference['fp32']:.2e} on {split} (more than {TOLERANCE}): not written")
         load_wordpiece(wordpiece).save(str(tmp / "tokenizer.json"))
         dictionary = task.source_dictionary
         write_json(tmp / "vocabulary.json", dictionary.indices, indent=0)

@@ -11,6 +11,7 @@ import copy
 from typing import List
 
 import torch
+from fairseq.modules import LearnedPositionalEmbedding
 from torch import Tensor, nn
 
 
@@ -65,7 +66,7 @@ class PlainClassifier(nn.Module):
     def __init__(self, model: nn.Module, head: str = "sentence_classification_head"):
         super().__init__()
         encoder = model.encoder.sentence_encoder
-        if encoder.embed_positions is None or not hasattr(encoder.embed_positions, "max_positions"):
+        if not isinstance(encoder.embed_positions, LearnedPositionalEmbedding):
             raise ValueError("export needs learned positions (RoBERTa's); this encoder has none or sinusoidal ones")
         if head not in model.classification_heads:
             raise ValueError(f"the model has no classification head {head!r} (it has "

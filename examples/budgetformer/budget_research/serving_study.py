@@ -28,12 +28,13 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 
 from budget_plugin.nested.export import pruned_checkpoint
-from budget_plugin.serving.onnx_export import export_onnx, session, sha256
+from budget_plugin.serving.onnx_export import export_onnx, sha256
 from budget_plugin.serving.plain_model import PlainClassifier
 from budget_plugin.tools.checkpoints import as_budgetformer, load_checkpoint, read
 from budget_plugin.tools.evaluation import classify, split_batches, tokens
 from budget_research.timing import latencies_of, machine_info
 from budget_research.width_study import DIAL_WIDTHS
+from budget_serve.predictor import session
 
 RUNTIMES = ("eager", "ONNX Runtime", "ONNX Runtime int8")
 
