@@ -42,9 +42,14 @@ def predict_rows(args: argparse.Namespace, name: str, examples: List[List[str]])
             for number, p in enumerate(probs, 1)]
 
 
+def asks_for_onnx(argv: Sequence[str]) -> bool:
+    """Whether a budget-predict command line names an ONNX export (--onnx DIR)."""
+    return any(arg == "--onnx" or arg.startswith("--onnx=") for arg in argv)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not any(arg == "--onnx" or arg.startswith("--onnx=") for arg in argv):
+    if not asks_for_onnx(argv):
         try:  # torch and fairseq: only for a checkpoint
             from budget_plugin.cli.predict import main as checkpoint_main
         except ImportError as error:

@@ -20,6 +20,8 @@ import torch
 from fairseq.data import data_utils
 
 from budget_plugin.tools.hub import add_checkpoint_arguments, load_hub
+from budget_serve.predict import asks_for_onnx
+from budget_serve.predict import main as onnx_main
 from budget_serve.texts import add_io_arguments, check_io_arguments, fitted, predict_command, progress
 
 
@@ -33,7 +35,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Optional[argparse.Namesp
     parser.add_argument("--onnx", metavar="DIR", help="predict with budget-export-onnx's folder instead "
                         "(ONNX Runtime; needs neither torch nor fairseq, nor the checkpoint's options; "
                         "budget-predict --onnx DIR --help for its own: --int8, --threads)")
-    if any(arg == "--onnx" or arg.startswith("--onnx=") for arg in (sys.argv[1:] if argv is None else argv)):
+    if asks_for_onnx(sys.argv[1:] if argv is None else argv):
         return None  # the ONNX path's, parsed there
     args = parser.parse_args(argv)
     check_io_arguments(parser, args)
@@ -66,8 +68,6 @@ def predict_rows(args: argparse.Namespace, name: str, examples: List[List[str]])
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     if args is None:  # --onnx: the torch-free command's options and path
-        from budget_serve.predict import main as onnx_main
-
         return onnx_main(argv)
     return predict_command(args, predict_rows)
 

@@ -18,6 +18,7 @@ from torch import Tensor
 from ..config import OptionError, require
 from ..models.budget_dial import Dial
 from .budget_metrics import budget_logs, reduce_budget_metrics
+from .distillation import hidden_distillation, soft_distillation
 from .teacher_logits import load_teacher_logits
 from .update_passes import UpdatePasses
 
@@ -120,7 +121,7 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
     rate * relevance entropy. The statistics come from the model's output
     (``extra["budget"]``, one dict per layer), the rate from the model's schedule.
     With ``--distill-logits`` the cross-entropy of training is mixed with a dense
-    teacher's distillation term (:meth:`distillation`). With ``--sandwich-widths N``
+    teacher's distillation term (distillation.py). With ``--sandwich-widths N``
     every update also trains N fixed widths (every head, the smallest, random ones:
     :meth:`widths`), each its own forward pass, so that one nested model serves every
     budget. ``--report-mcc``, ``--report-acc-and-f1`` and
@@ -183,14 +184,13 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
             full = full.detach()
             full_states = [state.detach() for state in full_states]
             teacher = self.teacher_logits(sample, full, full.size(1))
+            padding = sample["net_input"]["src_tokens"].eq(model.encoder.sentence_encoder.padding_idx)
             for heads, neurons in self.widths(model):
                 with passes.unsynced():
                     logits, states = self.width_forward(model, sample, heads, neurons)
                     loss = self.fitted(self.task_loss(logits, sample), logits, teacher)
                     if self.distill_hidden_weight:
-                        padding = sample["net_input"]["src_tokens"].eq(model.encoder.sentence_encoder.padding_idx)
-                        loss = loss + self.distill_hidden_weight * self.hidden_distillation(states, full_states,
-                                                                                            padding)
+                        loss = loss + self.distill_hidden_weight * hidden_distillation(states, full_states, padding)
                     width_loss = width_loss + passes.add(loss)
         # the router's pass last: it uses every parameter, so that data parallelism can
         # reduce the update's gradients once, after it. The parent's forward gives the
@@ -203,7 +203,7 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
         teacher = self.teacher_logits(sample, full, logits.size(1)) if model.training else None
         fit, distill_loss = task_loss, None
         if teacher is not None:
-            distill_loss = self.distillation(logits, teacher)
+            distill_loss = soft_distillation(logits, teacher, self.distill_temperature)
             fit = (1 - self.distill_weight) * task_loss + self.distill_weight * distill_loss
 
         exploration = model.exploration()
@@ -246,16 +246,6 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
                                   classification_head_name=self.classification_head_name, dial=dial)
         return logits, extra["inner_states"][1:] if hiddens else []  # [0]: the embeddings, not nested
 
-    @staticmethod
-    def hidden_distillation(states: List[Tensor], teacher: List[Tensor], padding: Tensor) -> Tensor:
-        """Sum over layers and examples of the mean squared difference of a layer's output
-        from the teacher's over the example's tokens (padding left out) and features."""
-        keep = (~padding).t().unsqueeze(-1).float()  # T x B x 1
-        per_example = keep.sum(dim=0).squeeze(-1) * states[0].size(-1)  # B: its tokens x features
-        loss = sum((((state.float() - target.float()) ** 2) * keep).sum(dim=(0, 2))
-                   for state, target in zip(states, teacher))
-        return (loss / per_example).sum()
-
     def task_loss(self, logits: Tensor, sample) -> Tensor:
         """The summed task loss, as the parent's forward computes it."""
         targets = sample["target"].view(-1)
@@ -283,7 +273,8 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
     def fitted(self, task_loss: Tensor, logits: Tensor, teacher: Optional[Tensor]) -> Tensor:
         if teacher is None:
             return task_loss
-        return (1 - self.distill_weight) * task_loss + self.distill_weight * self.distillation(logits, teacher)
+        distilled = soft_distillation(logits, teacher, self.distill_temperature)
+        return (1 - self.distill_weight) * task_loss + self.distill_weight * distilled
 
     def teacher_logits(self, sample, full: Optional[Tensor], classes: int) -> Optional[Tensor]:
         """The logits to distil for this (training) batch: the cached teacher's rows
@@ -297,16 +288,6 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
         if full is None or self.regression_target:
             return None
         return full.detach()
-
-    def distillation(self, logits: Tensor, teacher: Tensor) -> Tensor:
-        """T^2 * KL(teacher || model) of the softened class distributions, summed over the
-        batch (Hinton et al. 2015: T^2 keeps its gradients on the cross-entropy's scale)."""
-        T = self.distill_temperature
-        if logits.size(1) != teacher.size(1):
-            raise ValueError(f"the teacher has {teacher.size(1)} classes; the model {logits.size(1)}")
-        target = F.log_softmax(teacher.float() / T, dim=-1)
-        model = F.log_softmax(logits.float() / T, dim=-1)
-        return T * T * F.kl_div(model, target, reduction="sum", log_target=True)
 
     def budget_term(self, layers: List[Dict[str, Tensor]]) -> Tensor:
         num_heads = layers[0]["selected"].size(1)

@@ -36,15 +36,14 @@ from budget_plugin.tools.files import building_dir, write_json
 from budget_serve.predictor import MANIFEST, MANIFEST_FORMAT, session
 
 OPSET = 18
-
-
-class ExportError(Exception):
-    """The graph does not compute what fairseq computes (a bug, not the user's input): exit 1."""
-
 HEAD = "sentence_classification_head"
 # ONNX Runtime's fp32 logits against fairseq's: float32 rounding of the same operations
 # in another order; anything larger is a wrong graph, which is not written
 TOLERANCE = 1e-3
+
+
+class ExportError(Exception):
+    """The graph does not compute what fairseq computes (a bug, not the user's input): exit 1."""
 
 
 def sha256(path: Path) -> str:
