@@ -24,8 +24,8 @@ COMMANDS = {  # command: its module (each has main(argv) -> exit status)
     "budget-calibrate": "budget_plugin.cli.calibrate",
     "budget-export": "budget_plugin.cli.export",  # a dial setting cut into a smaller checkpoint
     "budget-export-onnx": "budget_plugin.cli.export_onnx",  # a dial setting cut and exported to ONNX (int8)
-    # torch-free with --onnx (budget_serve imports neither torch nor fairseq); else a fairseq checkpoint
-    "budget-predict": "budget_serve.predict",
+    "budget-predict": "budget_plugin.cli.predict",  # a checkpoint, or with --onnx an ONNX export
+    "budget-serve-predict": "budget_serve.predict",  # an ONNX export, without torch or fairseq
     "budget-user-dir": "budget_plugin.cli.user_dir",  # the folder to give fairseq's --user-dir
 }
 
@@ -33,6 +33,7 @@ setup(
     name="budget-plugin",
     version=VERSION,
     description="BudgetFormer: per-input attention-head budgets for fairseq",
+    license="MIT",
     long_description=(HERE / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     # budget_serve: the torch-free predictor of ONNX exports (and the helpers both share)

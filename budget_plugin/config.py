@@ -3,12 +3,14 @@
 
 import argparse
 import enum
-import math
 from dataclasses import dataclass, field, fields
 from typing import List, Optional
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.utils import safe_getattr
+
+from .dial.parsing import parse_fixed_heads, parse_kept_heads, parse_relevance_prior
+from .option_error import OptionError, require
 
 POOLING_CHOICES = ChoiceEnum(["mean", "first"])
 ATTENTION_PATH_CHOICES = ChoiceEnum(["fast", "reference"])
@@ -18,154 +20,69 @@ SCHEDULE_CHOICES = ChoiceEnum(["linear", "cosine"])
 
 # Options whose default changed after checkpoints were saved without them: the value
 # such a checkpoint was trained and computes with (see BudgetConfig.fill_args)
-SAVED_BEFORE = {"router_scale": 1.0}  # issue 25 made 10 the default
-
-class OptionError(SystemExit, ValueError):
-    """A bad option. A ValueError to Python callers; a SystemExit, so that fairseq's
-    command-line tools, which catch nothing, print its one line (``error: ...``) and
-    exit 1 instead of a traceback."""
-
-    def __init__(self, message: str):
-        super().__init__(message)
-        self.code = f"error: {message}"
-
-
-def require(ok: bool, option: str, allowed: str, value):
-    """Refuse a bad setting when the model is built, naming the option and its range."""
-    if not ok:
-        raise OptionError(f"--{option.replace('_', '-')} must be {allowed}, got {value!r}")
+SAVED_BEFORE = {"router_scale": 1.0}
 
 
 @dataclass
 class BudgetConfig(FairseqDataclass):
-    """Options of the budgeted attention, shared by every layer of a model."""
+    """Options of the budgeted attention, shared by every layer of a model (their
+    rationale: docs/options.md)."""
 
-    min_heads: int = field(
-        default=1, metadata={"help": "fewest heads a layer runs for any input (m)"}
-    )
-    budget_pooling: POOLING_CHOICES = field(
-        default="mean",
-        metadata={
-            "help": "summary the router reads: masked mean of the layer input over "
-            "non-padding tokens, or the first token (<s>)"
-        },
-    )
-    budget_mask_temperature: float = field(
-        default=0.5,
-        metadata={
-            "help": "temperature t of the soft head-count mask "
-            "sigmoid((b - rank - 0.5) / t) that carries the task gradient to the budget "
-            "('learned' and 'nested')"
-        },
-    )
-    router_scale: float = field(
-        default=10.0,
-        metadata={
-            "help": "multiplier s on the router's logits (budget, relevance, static): "
-            "b = m + (H - m) sigmoid(s (w_b . s + c_b)), p = softmax(s W_r x / tau). "
-            "Adam moves a parameter by about the learning rate per update, so at a "
-            "fine-tuning rate (1e-5 to 1e-4) a plain router (s = 1) barely moves in an "
-            "epoch; s = 10 (the default, the study's and recipe's choice) moves its logits "
-            "10x faster than the pretrained weights"
-        },
-    )
-    initial_budget: Optional[float] = field(
-        default=None,
-        metadata={
-            "help": "budget b (in heads) the predictor starts at. Default: the budget "
-            "term's target, --target-head-ratio x H, which fairseq-train hands the model "
-            "with the criterion's options (so training starts at the budget it is asked "
-            "for and the budget term holds it there); without a target (another "
-            "criterion, or a hydra config's model section), H - 0.25, which rounds to "
-            "every head (a warm start then computes what the pretrained model computes)"
-        },
-    )
-    attention_path: ATTENTION_PATH_CHOICES = field(
-        default="fast",
-        metadata={
-            "help": "inference path: 'fast' computes only the selected heads, "
-            "'reference' computes every head and zeroes the unselected ones"
-        },
-    )
     head_selection: HEAD_SELECTION_CHOICES = field(
         default="learned",
-        metadata={
-            "help": "'learned': BudgetFormer's per-input budget and relevance. 'nested': "
-            "the per-input budget alone, each input running the first k heads of every "
-            "layer (for a checkpoint whose heads are ordered by importance: "
-            "budget_plugin/nested/reorder.py), so one model serves every budget and a "
-            "prefix runs on views of the weights. Baselines with a fixed budget "
-            "(--fixed-heads): 'static' learns one head subset per layer shared by every "
-            "input; 'random' draws each input's heads uniformly; 'kept' runs named heads "
-            "(--kept-heads). 'pruned': an exported nested model (budget-export) "
-            "whose layers hold only their first --fixed-heads heads, and run them all"
-        },
+        metadata={"help": "'learned' (the paper's per-input heads), 'nested' (a per-input count of importance-ordered "
+                  "heads), the baselines 'static', 'random', 'kept', or 'pruned' (an export)"},
+    )
+    min_heads: int = field(default=1, metadata={"help": "fewest heads a layer runs for any input, in [1, H]"})
+    budget_pooling: POOLING_CHOICES = field(
+        default="mean", metadata={"help": "what the router reads: the mean over real tokens, or the first token"}
+    )
+    budget_mask_temperature: float = field(
+        default=0.5, metadata={"help": "temperature (> 0) of the soft head-count mask that trains the budget"}
+    )
+    router_scale: float = field(
+        default=10.0, metadata={"help": "multiplier (> 0) on the router's logits, so that it learns faster than "
+                                "the pretrained weights"}
+    )
+    initial_budget: Optional[float] = field(
+        default=None, metadata={"help": "heads the budget starts at, in [--min-heads, H] (default: the "
+                                "criterion's --target-head-ratio x H, else H - 0.25)"}
+    )
+    attention_path: ATTENTION_PATH_CHOICES = field(
+        default="fast", metadata={"help": "at inference, compute only the chosen heads ('fast') or every head, "
+                                  "masked ('reference')"}
     )
     fixed_heads: Optional[str] = field(
-        default=None,
-        metadata={
-            "help": "heads per layer for --head-selection static/random/pruned: one number, "
-            "or one per layer separated by commas; 'random' meets a fractional number on "
-            "average (k drawn from its floor and ceiling), 'static' rounds it, 'pruned' "
-            "takes whole numbers (the heads each layer holds)"
-        },
+        default=None, metadata={"help": "heads per layer for static, random and pruned: one number, or one per "
+                                "layer (comma-separated)"}
     )
     kept_heads: Optional[str] = field(
-        default=None,
-        metadata={
-            "help": "for --head-selection kept: each layer's heads, as comma-separated "
-            "indices, layers separated by ';' (e.g. '0,3,5;1,2;...')"
-        },
+        default=None, metadata={"help": "for kept: each layer's head indices, comma-separated, layers separated by "
+                                "';'"}
     )
     relevance_prior: Optional[str] = field(
-        default=None,
-        metadata={
-            "help": "for --head-selection learned: per-layer head scores the relevance "
-            "starts from (e.g. a dense model's head importance: "
-            "budget-importance), H comma-separated numbers per layer, layers "
-            "separated by ';'. Each layer's relevance bias starts at its scores "
-            "standardised (zero mean, unit std), so that the first choices are the "
-            "best-scored heads and what depends on the input is learned on top"
-        },
+        default=None, metadata={"help": "for learned: H head scores per layer (comma-separated, layers by ';') "
+                                "that the relevance starts from"}
     )
-    # The exploration schedule: a function of the update number, which fairseq hands
-    # the model (set_num_updates) and restores on resume.
+    # the exploration schedule: a function of the update number, which fairseq hands
+    # the model (set_num_updates) and restores on resume
     exploration_updates: int = field(
-        default=0,
-        metadata={
-            "help": "updates over which exploration anneals from rate 1 to 0; after "
-            "them head choice is pure top-k exploitation. 0 (the default): OFF, no "
-            "exploration: in this project's from-scratch study and sweep the schedule "
-            "trained worse than none, so the other --exploration-* options and "
-            "--temperature-start are refused unless this is > 0 (and all of them, this "
-            "one too, with --head-selection nested: a fixed order has nothing to explore)"
-        },
+        default=0, metadata={"help": "updates over which exploration anneals from 1 to 0 (0: off; learned only)"}
     )
     exploration_schedule: SCHEDULE_CHOICES = field(
-        default="linear",
-        metadata={"help": "shape of the annealing of the exploration rate from 1 to 0"},
+        default="linear", metadata={"help": "shape of the exploration rate's annealing"}
     )
     exploration_noise: float = field(
-        default=1.0,
-        metadata={
-            "help": "Gumbel noise scale on the relevance logits at rate 1 "
-            "(1.0 = heads sampled without replacement from p)"
-        },
+        default=1.0, metadata={"help": "Gumbel noise (>= 0) on the relevance logits at rate 1"}
     )
     exploration_uniform: float = field(
-        default=0.1,
-        metadata={
-            "help": "probability, at rate 1, that an example ranks its heads "
-            "uniformly at random (epsilon-greedy)"
-        },
+        default=0.1, metadata={"help": "probability in [0, 1], at rate 1, that an input's heads are ranked at random"}
     )
     temperature_start: float = field(
-        default=2.0,
-        metadata={"help": "softmax temperature of the relevance distribution at rate 1"},
+        default=2.0, metadata={"help": "relevance softmax temperature (> 0) at rate 1"}
     )
     temperature_end: float = field(
-        default=1.0,
-        metadata={"help": "softmax temperature at rate 0, and at evaluation"},
+        default=1.0, metadata={"help": "relevance softmax temperature (> 0) at rate 0 and at evaluation"}
     )
 
     @property
@@ -205,7 +122,7 @@ class BudgetConfig(FairseqDataclass):
             inert |= {"budget_pooling", "budget_mask_temperature", "initial_budget"}
         if self.head_selection in ("random", "kept", "pruned"):  # no relevance to explore or soften
             inert |= schedule | {"temperature_end"}
-        if self.head_selection in ("nested", "pruned"):  # a fixed order: no relevance, nothing to explore (no legacy checkpoints)
+        if self.head_selection in ("nested", "pruned"):  # a fixed order: no relevance, nothing to explore
             inert |= schedule | {"temperature_end", "exploration_updates"}
         return sorted(changed & inert)
 
@@ -252,50 +169,14 @@ class BudgetConfig(FairseqDataclass):
             return [float(num_heads)] * num_layers
         if self.head_selection == "kept":
             return [float(len(heads)) for heads in self.kept_heads_per_layer(num_layers, num_heads)]
-        try:
-            values = [float(v) for v in str(self.fixed_heads).split(",")]
-        except ValueError:
-            values = []
-        if len(values) == 1:
-            values *= num_layers
-        whole = self.head_selection != "pruned" or all(v == int(v) for v in values)
-        require(
-            whole and len(values) == num_layers and all(self.min_heads <= v <= num_heads for v in values),
-            "fixed_heads",
-            f"one number or {num_layers} comma-separated numbers (one per layer), each in "
-            f"[--min-heads, {num_heads}]" + (" and whole" if self.head_selection == "pruned" else ""),
-            self.fixed_heads,
-        )
-        return values
+        return parse_fixed_heads(self.fixed_heads, num_layers, num_heads, self.min_heads,
+                                 whole_only=self.head_selection == "pruned")
 
     def relevance_prior_per_layer(self, num_layers: int, num_heads: int) -> List[List[float]]:
         """--relevance-prior '0.1,0.5,...;...' -> each layer's H scores."""
-        try:
-            layers = [[float(v) for v in layer.split(",")] for layer in str(self.relevance_prior).split(";")]
-        except ValueError:
-            layers = []
-        require(
-            len(layers) == num_layers and all(len(scores) == num_heads for scores in layers)
-            and all(math.isfinite(v) for scores in layers for v in scores),
-            "relevance_prior",
-            f"{num_layers} ';'-separated lists (one per layer) of {num_heads} comma-separated finite numbers",
-            self.relevance_prior,
-        )
-        return layers
+        return parse_relevance_prior(self.relevance_prior, num_layers, num_heads)
 
     def kept_heads_per_layer(self, num_layers: int, num_heads: int) -> List[List[int]]:
         """--kept-heads '0,3,5;1,2;...' -> each layer's heads (ascending, distinct)."""
-        try:
-            layers = [sorted({int(h) for h in layer.split(",")}) for layer in str(self.kept_heads).split(";")]
-        except ValueError:
-            layers = []
-        require(
-            len(layers) == num_layers
-            and all(self.min_heads <= len(heads) and all(0 <= h < num_heads for h in heads) for heads in layers),
-            "kept_heads",
-            f"{num_layers} ';'-separated lists (one per layer) of comma-separated head indices in "
-            f"[0, {num_heads}), at least --min-heads each",
-            self.kept_heads,
-        )
-        return layers
+        return parse_kept_heads(self.kept_heads, num_layers, num_heads, self.min_heads)
 

@@ -1,11 +1,11 @@
-"""The ``budget-predict`` command. With ``--onnx DIR`` (budget-export-onnx's folder) it
-predicts on ONNX Runtime and imports neither torch nor fairseq:
+"""The ``budget-serve-predict`` command: predict with budget-export-onnx's folder on ONNX
+Runtime, importing neither torch nor fairseq (``budget-predict --onnx`` runs it too):
 
-    budget-predict --onnx exported/ --input texts.txt --output preds.tsv
+    budget-serve-predict --onnx exported/ --input texts.txt --output preds.tsv
 
-The same columns as with a fairseq checkpoint (budget_plugin/cli/predict.py, which the
-command runs without --onnx): line, label, probability, heads per layer and the heads
-run (an export runs the same heads, its first ones, for every input)."""
+The same columns as ``budget-predict`` with a fairseq checkpoint: line, label,
+probability, heads per layer and the heads run (an export runs the same heads, its
+first ones, for every input)."""
 
 import argparse
 import sys
@@ -16,7 +16,7 @@ from budget_serve.texts import add_io_arguments, check_io_arguments, fitted, pre
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="budget-predict", description=__doc__, allow_abbrev=False,
+    parser = argparse.ArgumentParser(prog="budget-serve-predict", description=__doc__, allow_abbrev=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--onnx", required=True, metavar="DIR", help="budget-export-onnx's folder")
     parser.add_argument("--int8", action="store_true", help="its int8 model (exported with --int8; activations are "
@@ -42,24 +42,8 @@ def predict_rows(args: argparse.Namespace, name: str, examples: List[List[str]])
             for number, p in enumerate(probs, 1)]
 
 
-def asks_for_onnx(argv: Sequence[str]) -> bool:
-    """Whether a budget-predict command line names an ONNX export (--onnx DIR)."""
-    return any(arg == "--onnx" or arg.startswith("--onnx=") for arg in argv)
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not asks_for_onnx(argv):
-        try:  # torch and fairseq: only for a checkpoint
-            from budget_plugin.cli.predict import main as checkpoint_main
-        except ImportError as error:
-            if "-h" in argv or "--help" in argv:
-                parse_args(["--help"])  # this machine serves exports only: their options
-            print(f"error: without --onnx, budget-predict reads a fairseq checkpoint, which needs torch and fairseq "
-                  f"({error}); give --onnx DIR, a folder of budget-export-onnx", file=sys.stderr)
-            return 2
-        return checkpoint_main(argv)
-    return predict_command(parse_args(argv), predict_rows)
+    return predict_command(parse_args(sys.argv[1:] if argv is None else argv), predict_rows)
 
 
 if __name__ == "__main__":

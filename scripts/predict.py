@@ -1,10 +1,9 @@
 #!/usr/bin/env python3
-"""The ``budget-predict`` command, for a checkout without ``pip install`` (budget_serve/predict.py;
-with --onnx it imports neither torch nor fairseq)."""
+"""The ``budget-predict`` command, for a checkout without ``pip install``."""
 
 import sys
 
-from budget_serve.predict import main
+from budget_plugin.cli.predict import main
 
 if __name__ == "__main__":
     sys.exit(main())

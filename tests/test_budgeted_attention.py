@@ -11,7 +11,7 @@ from fairseq.modules import MultiheadAttention
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 
 from budget_plugin.config import BudgetConfig
-from budget_plugin.modules import BudgetedAttention, BudgetedEncoderLayer, HeadRouter
+from budget_plugin.modules import BudgetedAttention, BudgetedEncoderLayer, LearnedRouter
 from budget_plugin.modules.flops import attention_flops
 from budget_plugin.modules.router import summarize
 
@@ -162,7 +162,7 @@ def test_straight_through_gradients_have_the_values_worked_out_by_hand():
                      s_h = sigmoid((b - rank_h - 0.5) / t)
       dL/dbias_r_j = H p_j (c_j - sum_h p_h c_h)    (d(H p_h)/dlogit_j, temperature 1)"""
     cfg = BudgetConfig(min_heads=1, budget_mask_temperature=0.5, router_scale=1.0)  # the plain parametrization
-    router = HeadRouter(C, H, cfg, fixed_heads=H).train()
+    router = LearnedRouter(C, H, cfg, fixed_heads=H).train()
     z, logits, c = 0.3, [2.0, 1.0, 0.0, -1.0], [0.5, -1.0, 2.0, 0.25]
     with torch.no_grad():
         router.relevance_proj.weight.zero_()
@@ -249,7 +249,7 @@ def test_router_scale_starts_at_the_same_budget_and_moves_it_faster():
     moved = {}
     for scale in (1.0, 10.0):
         torch.manual_seed(0)
-        router = HeadRouter(C, H, BudgetConfig(router_scale=scale), fixed_heads=H).train()
+        router = LearnedRouter(C, H, BudgetConfig(router_scale=scale), fixed_heads=H).train()
         before = router(x, None).budget
         assert torch.allclose(before, torch.full((B,), H - 0.25), atol=1e-5)
         optimizer = torch.optim.Adam(router.parameters(), lr=1e-3)

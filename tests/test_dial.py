@@ -10,8 +10,10 @@ import torch
 import torch.nn.functional as F
 from test_model import make_criterion, make_sample
 
-from budget_plugin.models.budget_dial import Dial, HeadRatio, calibration_ratios, parse_head_ratio
-from budget_plugin.nested.calibration import calibrate, mean_ratio
+from budget_plugin.dial.calibration import calibration_ratios
+from budget_plugin.dial.parsing import parse_head_ratio
+from budget_plugin.dial.settings import Dial, HeadRatio
+from budget_plugin.dial.calibration import calibrate, mean_ratio
 from budget_plugin.nested.export import pruned_checkpoint, whole_counts
 from budget_plugin.tasks.budget_sentence_prediction import BudgetSentencePredictionTask
 from conftest import build_model, random_tokens

@@ -11,10 +11,12 @@ import pytest
 import torch
 from test_dial import HEAD, batches, checkpoint_of, nested_model
 
-from budget_plugin.config import OptionError
-from budget_plugin.models.budget_dial import STATE_FORMAT, calibration_ratios, parse_head_ratio
+from budget_plugin.option_error import OptionError
+from budget_plugin.dial.calibration import calibration_ratios
+from budget_plugin.dial.parsing import parse_head_ratio
+from budget_plugin.dial.state_format import STATE_FORMAT
 from budget_plugin.models.hub_interface import BudgetFormerHubInterface
-from budget_plugin.nested.calibration import calibrate, calibrate_checkpoint, mean_ratio
+from budget_plugin.dial.calibration import calibrate, calibrate_checkpoint, mean_ratio
 from budget_plugin.nested.export import dialled_counts, export_counts, export_pruned, pruned_checkpoint, whole_counts
 from budget_plugin.tools import building
 from budget_plugin.tools.checkpoints import as_budgetformer, load_checkpoint, read
@@ -236,7 +238,7 @@ def test_budget_predict_refuses_to_dial_an_export(nested_checkpoint, tmp_path):
 def test_calibration_on_a_sample_takes_evenly_spaced_whole_batches():
     """spread(): about the asked examples, whole batches from the middle of each equal
     stretch of fairseq's order (shortest to longest); all of them when the split is smaller."""
-    from budget_plugin.nested.calibration import spread
+    from budget_plugin.dial.calibration import spread
 
     found = [{"nsentences": 64, "id": i} for i in range(16)] + [{"nsentences": 42, "id": 16}]  # 1066 examples
     kept = spread(found, 512)

@@ -12,7 +12,7 @@ from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from test_fast_path import WeightCopies, cuda_layout
 
 from budget_plugin.config import BudgetConfig
-from budget_plugin.modules import BudgetedAttention, BudgetedEncoderLayer, HeadRouter, prefix_heads
+from budget_plugin.modules import BudgetedAttention, BudgetedEncoderLayer, NestedRouter, prefix_heads
 from budget_plugin.modules.flops import attention_flops, flop_counter
 from conftest import build_model, random_tokens
 
@@ -167,7 +167,7 @@ def test_straight_through_gradient_of_the_budget_by_hand():
     gate_h = [h < round(b)] + ST(sigmoid((b - h - 0.5) / t)) (the rank of head h is h):
       dL/dz = s (H - m) sigmoid'(s z) * sum_h c_h u_h (1 - u_h) / t,  u_h = sigmoid((b - h - 0.5) / t)
     and nothing else of the router has a gradient (it has nothing else)."""
-    router = HeadRouter(C, 4, BudgetConfig(head_selection="nested", budget_mask_temperature=0.5), fixed_heads=4).train()
+    router = NestedRouter(C, 4, BudgetConfig(head_selection="nested", budget_mask_temperature=0.5), fixed_heads=4).train()
     z, c, s = 0.03, [0.5, -1.0, 2.0, 0.25], 10.0
     with torch.no_grad():
         router.budget_proj.weight.zero_()

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from budget_plugin.nested.recipe import StepRecord, difference, recorded
+from budget_plugin.nested.step_record import StepRecord, difference, recorded
 from budget_plugin.tools.errors import DataError
 
 PLANNED = {

@@ -6,9 +6,11 @@ import pytest
 import torch
 from test_dial import HEAD, checkpoint_of, nested_model
 
-from budget_plugin.models.budget_dial import Dial
-from budget_plugin.models.width import Width, allocated, parse_width, uniform_width
-from budget_plugin.nested.allocation import priorities
+from budget_plugin.dial.settings import Dial
+from budget_plugin.dial.parsing import parse_width
+from budget_plugin.dial.settings import Width
+from budget_plugin.dial.width import allocated, uniform_width
+from budget_plugin.dial.allocation import priorities
 from budget_plugin.nested.export import export_width, pruned_checkpoint
 from budget_plugin.tools.checkpoints import as_budgetformer
 from conftest import build_model, random_tokens

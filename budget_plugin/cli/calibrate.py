@@ -6,7 +6,7 @@ budget logits that gives that ratio on the split's examples (a ratio the split c
 reach is reported as a warning), and stores the table in the checkpoint (rewritten
 atomically) with the split's name (what budget-export reads for a ratio), so that
 ``fairseq-validate --head-ratio R``, the hub's ``predict(..., head_ratio=R)`` and
-``budget-predict --head-ratio R`` need no data (budget_plugin/nested/calibration.py;
+``budget-predict --head-ratio R`` need no data (budget_plugin/dial/calibration.py;
 budget-finetune runs it on dev).
 
     budget-calibrate checkpoints/nested/checkpoint_best.pt data/minilm/MR-bin
@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from budget_plugin.nested.calibration import calibrate_checkpoint
+from budget_plugin.dial.calibration import calibrate_checkpoint
 from budget_plugin.tools.errors import run_cli
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from budget_plugin.data.binarize import num_classes
-from budget_plugin.models.width import WIDTHS
+from budget_plugin.dial.width import WIDTHS
 from budget_plugin.nested import finetune
 from budget_plugin.nested.recipe import NestedRecipe, finetune_nested
 from budget_plugin.tools.checkpoints import load_checkpoint

@@ -18,8 +18,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from budget_plugin.dial.parsing import parse_counts
 from budget_plugin.nested.importance import head_importance, kept_heads, kept_heads_option
-from budget_plugin.tools.errors import DataError, run_cli
+from budget_plugin.tools.errors import run_cli
 from budget_plugin.tools.files import write_json
 
 
@@ -38,14 +39,7 @@ def main(argv=None) -> int:
     def body():
         importance = head_importance(args.checkpoint, args.data, args.split, args.batch_size, args.max_examples)
         L, H = importance.shape
-        try:
-            counts = [int(v) for v in args.heads_per_layer.split(",")]
-        except ValueError:
-            counts = []
-        counts = counts * L if len(counts) == 1 else counts
-        if len(counts) != L or not all(1 <= k <= H for k in counts):
-            raise DataError(f"--heads-per-layer {args.heads_per_layer}: one number or {L} comma-separated "
-                            f"numbers, each in [1, {H}]")
+        counts = parse_counts(args.heads_per_layer, "heads_per_layer", L, 1, H)
         kept = kept_heads(importance, counts)
         option = kept_heads_option(kept)
         write_json(args.out, {"checkpoint": str(args.checkpoint), "split": args.split,

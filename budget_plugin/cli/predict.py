@@ -3,7 +3,7 @@ file or standard input, to TSV: label, probability, and the heads run per layer.
 
     budget-predict --checkpoint-dir checkpoints/mr --data data/MR-bin < texts.txt
     budget-predict --checkpoint-dir checkpoints/mr --data data/MR-bin --input texts.txt --output preds.tsv
-    budget-predict --onnx exported/ --input texts.txt        (an ONNX export: no torch, no fairseq)
+    budget-predict --onnx exported/ --input texts.txt        (an ONNX export: budget-serve-predict)
 
 Output columns: line, label, probability, heads per layer (e.g. ``3,2,5,4``), and the
 selected heads of every layer (``0.3.5|1.2|...``).
@@ -20,7 +20,6 @@ import torch
 from fairseq.data import data_utils
 
 from budget_plugin.tools.hub import add_checkpoint_arguments, load_hub
-from budget_serve.predict import asks_for_onnx
 from budget_serve.predict import main as onnx_main
 from budget_serve.texts import add_io_arguments, check_io_arguments, fitted, predict_command, progress
 
@@ -32,14 +31,18 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Optional[argparse.Namesp
     add_io_arguments(parser)
     parser.add_argument("--head", default="sentence_classification_head")
     parser.add_argument("--cpu", action="store_true", help="stay on the CPU even when a GPU is present")
-    parser.add_argument("--onnx", metavar="DIR", help="predict with budget-export-onnx's folder instead "
-                        "(ONNX Runtime; needs neither torch nor fairseq, nor the checkpoint's options; "
-                        "budget-predict --onnx DIR --help for its own: --int8, --threads)")
+    parser.add_argument("--onnx", metavar="DIR", help="predict with budget-export-onnx's folder instead, as "
+                        "budget-serve-predict does (budget-predict --onnx DIR --help: its options)")
     if asks_for_onnx(sys.argv[1:] if argv is None else argv):
         return None  # the ONNX path's, parsed there
     args = parser.parse_args(argv)
     check_io_arguments(parser, args)
     return args
+
+
+def asks_for_onnx(argv: Sequence[str]) -> bool:
+    """Whether a command line names an ONNX export (--onnx DIR)."""
+    return any(arg == "--onnx" or arg.startswith("--onnx=") for arg in argv)
 
 
 def predict_rows(args: argparse.Namespace, name: str, examples: List[List[str]]) -> List[str]:

@@ -15,8 +15,8 @@ from fairseq.criterions.sentence_prediction import (
 )
 from torch import Tensor
 
-from ..config import OptionError, require
-from ..models.budget_dial import Dial
+from ..dial.settings import Dial
+from ..option_error import OptionError, require
 from .budget_metrics import budget_logs, reduce_budget_metrics
 from .distillation import hidden_distillation, soft_distillation
 from .teacher_logits import load_teacher_logits
@@ -25,78 +25,64 @@ from .update_passes import UpdatePasses
 
 @dataclass
 class BudgetSentencePredictionConfig(SentencePredictionCriterionConfig):
+    """The criterion's options (their rationale: docs/options.md)."""
+
     budget_weight: float = field(
-        default=10.0,
-        metadata={
-            "help": "weight of the budget term: the mean over layers and examples of "
-            "b/H, or, with --target-head-ratio, the squared distance of each layer's "
-            "batch-mean b/H to that ratio. 10 (the default, the study's choice): at 1 a "
-            "fine-tuned budget stayed 0.09 above its target after 270 updates"
-        },
+        default=10.0, metadata={"help": "weight (>= 0) of the budget term, which pulls the head ratio towards "
+                                "--target-head-ratio"}
     )
     target_head_ratio: Optional[float] = field(
-        default=0.5,
-        metadata={
-            "help": "head ratio in (0, 1] that the budget term pulls each layer's "
-            "batch-mean budget towards; 'None' (or 0) for a plain linear cost on b/H"
-        },
+        default=0.5, metadata={"help": "head ratio in (0, 1] each layer's batch-mean budget is pulled to (0 or "
+                               "None: a linear cost on the ratio)"}
     )
     exploration_weight: float = field(
-        default=0.01,
-        metadata={
-            "help": "weight of the exploration term -H(p)/log H (keeps the relevance "
-            "distribution from collapsing early), annealed with the model's schedule"
-        },
+        default=0.01, metadata={"help": "weight (>= 0) of the relevance-entropy bonus, annealed with the "
+                                "exploration schedule"}
     )
     distill_logits: Optional[str] = field(
-        default=None,
-        metadata={
-            "help": "a teacher's class logits for every training example (a float tensor "
-            "N x classes saved with torch.save, row i for the example of id i, as "
-            "budget-teacher-logits writes them): training then distils the teacher"
-        },
+        default=None, metadata={"help": "a teacher's class logits per training example (budget-teacher-logits' "
+                                "file), distilled in training"}
     )
     distill_weight: float = field(
-        default=0.5,
-        metadata={
-            "help": "with --distill-logits, the task loss in training is (1 - w) * "
-            "cross-entropy + w * T^2 * KL(teacher || model) at temperature T"
-        },
+        default=0.5, metadata={"help": "share w in [0, 1] of the distillation term: (1 - w) x cross-entropy + w x "
+                               "T^2 x KL"}
     )
     distill_temperature: float = field(
-        default=2.0, metadata={"help": "with --distill-logits, the temperature T of both distributions"}
+        default=2.0, metadata={"help": "temperature T (> 0) of the distilled distributions"}
     )
     sandwich_widths: int = field(
-        default=0,
-        metadata={
-            "help": "train every budget at once (for --head-selection nested; slimmable networks' "
-            "sandwich rule): besides the router's own budgets, every update also runs this many "
-            "fixed widths: every head, then the smallest (--min-heads in every layer), then "
-            "widths drawn uniformly per layer from [--min-heads, H]. Every width but the full one "
-            "(and the router's) is trained on (1 - w) * its task loss + w * T^2 * KL(full || width), "
-            "distilling the full width's logits in place (w, T: --distill-weight, "
-            "--distill-temperature; with --distill-logits, that teacher instead, for every "
-            "width). Each width costs about one more forward and backward. 0: off"
-        },
+        default=0, metadata={"help": "fixed widths every update also trains (nested: full, smallest, then random "
+                             "ones), distilled from the full width; 0: off"}
     )
     distill_hidden_weight: float = field(
-        default=0.0,
-        metadata={
-            "help": "with --sandwich-widths, also distil the full width's hidden states into every "
-            "narrower width (DynaBERT's second term): this weight times the mean squared difference "
-            "of each layer's output, averaged over an example's tokens and features, summed over "
-            "layers and examples. 0: off"
-        },
+        default=0.0, metadata={"help": "weight (>= 0) of distilling the full width's layer outputs into the "
+                               "narrower widths; 0: off"}
     )
     min_ffn_ratio: float = field(
-        default=0.0,
-        metadata={
-            "help": "with --sandwich-widths, nest the FFN too (for a model whose FFN neurons are in "
-            "importance order: budget-finetune orders them): the smallest width also runs this "
-            "fraction of every layer's FFN neurons (its first ones), and the random widths draw "
-            "each layer's neurons uniformly from [that, all]. 0: every width runs every neuron"
-        },
+        default=0.0, metadata={"help": "with --sandwich-widths, the smallest share in [0, 1] of FFN neurons a "
+                               "width runs; 0: the FFN is not nested"}
     )
+
+
+def check_options(cfg: BudgetSentencePredictionConfig, regression_target: bool) -> None:
+    """Every check of the criterion's options, each refused naming the option."""
+    target = cfg.target_head_ratio or None
+    require(cfg.budget_weight >= 0, "budget-weight", ">= 0", cfg.budget_weight)
+    require(cfg.exploration_weight >= 0, "exploration-weight", ">= 0", cfg.exploration_weight)
+    require(target is None or 0 < target <= 1, "target-head-ratio", "in (0, 1] (or 0 for none)", target)
+    require(cfg.sandwich_widths >= 0, "sandwich-widths", ">= 0", cfg.sandwich_widths)
+    require(0 <= cfg.min_ffn_ratio <= 1, "min-ffn-ratio", "in [0, 1]", cfg.min_ffn_ratio)
+    require(not cfg.min_ffn_ratio or cfg.sandwich_widths > 1, "min-ffn-ratio",
+            "0 unless --sandwich-widths is 2 or more (the FFN's widths are the sandwich's)", cfg.min_ffn_ratio)
+    require(cfg.distill_hidden_weight >= 0, "distill-hidden-weight", ">= 0", cfg.distill_hidden_weight)
+    require(not cfg.distill_hidden_weight or cfg.sandwich_widths > 1, "distill-hidden-weight",
+            "0 unless --sandwich-widths is 2 or more (it distils the full width into narrower ones)",
+            cfg.distill_hidden_weight)
+    if cfg.distill_logits:
+        require(not regression_target, "distill-logits", "unset with --regression-target", cfg.distill_logits)
+    if cfg.distill_logits or (cfg.sandwich_widths and not regression_target):
+        require(0 <= cfg.distill_weight <= 1, "distill-weight", "in [0, 1]", cfg.distill_weight)
+        require(cfg.distill_temperature > 0, "distill-temperature", "> 0", cfg.distill_temperature)
 
 
 class _Recorder:
@@ -130,31 +116,16 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
 
     def __init__(self, cfg: BudgetSentencePredictionConfig, task):
         super().__init__(cfg, task)
-        target = cfg.target_head_ratio or None  # 0 and None both mean: a linear cost
-        require(cfg.budget_weight >= 0, "budget-weight", ">= 0", cfg.budget_weight)
-        require(cfg.exploration_weight >= 0, "exploration-weight", ">= 0", cfg.exploration_weight)
-        require(target is None or 0 < target <= 1, "target-head-ratio", "in (0, 1] (or 0 for none)", target)
+        check_options(cfg, self.regression_target)
         self.budget_weight = cfg.budget_weight
-        self.target_head_ratio = target
+        self.target_head_ratio = cfg.target_head_ratio or None  # 0 and None both mean: a linear cost
         self.exploration_weight = cfg.exploration_weight
-        require(cfg.sandwich_widths >= 0, "sandwich-widths", ">= 0", cfg.sandwich_widths)
         self.sandwich_widths = cfg.sandwich_widths
-        require(0 <= cfg.min_ffn_ratio <= 1, "min-ffn-ratio", "in [0, 1]", cfg.min_ffn_ratio)
-        require(not cfg.min_ffn_ratio or cfg.sandwich_widths > 1, "min-ffn-ratio",
-                "0 unless --sandwich-widths is 2 or more (the FFN's widths are the sandwich's)", cfg.min_ffn_ratio)
         self.min_ffn_ratio = cfg.min_ffn_ratio
-        require(cfg.distill_hidden_weight >= 0, "distill-hidden-weight", ">= 0", cfg.distill_hidden_weight)
-        require(not cfg.distill_hidden_weight or cfg.sandwich_widths > 1, "distill-hidden-weight",
-                "0 unless --sandwich-widths is 2 or more (it distils the full width into narrower ones)",
-                cfg.distill_hidden_weight)
         self.distill_hidden_weight = cfg.distill_hidden_weight
-        self.teacher = self.distill_weight = self.distill_temperature = None
-        if cfg.distill_logits:
-            require(not self.regression_target, "distill-logits", "unset with --regression-target", cfg.distill_logits)
-            self.teacher = load_teacher_logits(cfg.distill_logits)
+        self.teacher = load_teacher_logits(cfg.distill_logits) if cfg.distill_logits else None
+        self.distill_weight = self.distill_temperature = None  # no logits to distil
         if cfg.distill_logits or (cfg.sandwich_widths and not self.regression_target):
-            require(0 <= cfg.distill_weight <= 1, "distill-weight", "in [0, 1]", cfg.distill_weight)
-            require(cfg.distill_temperature > 0, "distill-temperature", "> 0", cfg.distill_temperature)
             self.distill_weight, self.distill_temperature = cfg.distill_weight, cfg.distill_temperature
 
     def forward(self, model, sample, reduce=True, backward: Optional[Callable[[Tensor], None]] = None):
@@ -164,34 +135,11 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
         computed, so that one pass's graph is alive at a time, not every width's (the
         gradient is the same sum), and the returned loss is detached."""
         if not hasattr(model, "exploration"):
-            raise OptionError(
-                "criterion budget_sentence_prediction needs a model that returns budget "
-                "statistics (--arch budgetformer*); use sentence_prediction for others"
-            )
-        sandwich = bool(self.sandwich_widths) and model.training
-        if sandwich and self.distill_hidden_weight and getattr(model.args, "encoder_layerdrop", 0):
-            raise OptionError("--distill-hidden-weight needs every layer in every pass: --encoder-layerdrop 0 "
-                              "(each pass would drop other layers, and no layer's output would have its teacher's)")
+            raise OptionError("criterion budget_sentence_prediction needs a model that returns budget statistics "
+                              "(--arch budgetformer*); use sentence_prediction for others")
         passes = UpdatePasses(model, backward)
-        width_loss = full = None
-        if sandwich:
-            # every head first: the other widths distil its logits (in place, detached);
-            # it learns from the cached teacher only: in place, it is the teacher
-            with passes.unsynced():
-                full, full_states = self.width_forward(model, sample, None)
-                cached = self.teacher_logits(sample, None, full.size(1))
-                width_loss = passes.add(self.fitted(self.task_loss(full, sample), full, cached))
-            full = full.detach()
-            full_states = [state.detach() for state in full_states]
-            teacher = self.teacher_logits(sample, full, full.size(1))
-            padding = sample["net_input"]["src_tokens"].eq(model.encoder.sentence_encoder.padding_idx)
-            for heads, neurons in self.widths(model):
-                with passes.unsynced():
-                    logits, states = self.width_forward(model, sample, heads, neurons)
-                    loss = self.fitted(self.task_loss(logits, sample), logits, teacher)
-                    if self.distill_hidden_weight:
-                        loss = loss + self.distill_hidden_weight * hidden_distillation(states, full_states, padding)
-                    width_loss = width_loss + passes.add(loss)
+        full, width_loss = self.sandwich(model, sample, passes) if self.sandwich_widths and model.training else \
+            (None, None)
         # the router's pass last: it uses every parameter, so that data parallelism can
         # reduce the update's gradients once, after it. The parent's forward gives the
         # task loss, accuracy and GLUE's predictions (--report-mcc ...) exactly as
@@ -201,37 +149,46 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
         logits, extra = recorder.output
         layers: List[Dict[str, Tensor]] = extra["budget"]  # only the layers that ran
         teacher = self.teacher_logits(sample, full, logits.size(1)) if model.training else None
-        fit, distill_loss = task_loss, None
-        if teacher is not None:
-            distill_loss = soft_distillation(logits, teacher, self.distill_temperature)
-            fit = (1 - self.distill_weight) * task_loss + self.distill_weight * distill_loss
-
+        fit, distill_loss = self.fitted(task_loss, logits, teacher)
         exploration = model.exploration()
-        # on the logits' device: fairseq's all-reduce groups values by device
-        zero = logits.new_zeros((), dtype=torch.float)
+        zero = logits.new_zeros((), dtype=torch.float)  # on the logits' device: fairseq reduces by device
         budget_term = self.budget_term(layers) if layers else zero  # --encoder-layerdrop can skip all
         entropy = self.relevance_entropy(layers) if layers else zero
-        passes.add(
-            fit
-            + sample_size * self.budget_weight * budget_term
-            - sample_size * self.exploration_weight * exploration.rate * entropy
-        )
+        passes.add(fit + sample_size * self.budget_weight * budget_term
+                   - sample_size * self.exploration_weight * exploration.rate * entropy)
         num_layers = len(model.encoder.sentence_encoder.layers)  # run or skipped
         logging_output.update(budget_logs(layers, num_layers, sample_size, zero))
-        logging_output.update(
-            loss=passes.total.data,
-            task_loss=task_loss.data,
-            budget_term=budget_term.data * sample_size,
-            exploration_term=-entropy.data * sample_size,
-            relevance_entropy=entropy.data * sample_size,
-            explore_rate=exploration.rate * sample_size,
-            temperature=exploration.temperature * sample_size,
-        )
-        if width_loss is not None:
-            logging_output["width_loss"] = width_loss.data
-        if distill_loss is not None:
-            logging_output["distill_loss"] = distill_loss.data
+        logged = {"loss": passes.total, "task_loss": task_loss, "budget_term": budget_term * sample_size,
+                  "exploration_term": -entropy * sample_size, "relevance_entropy": entropy * sample_size,
+                  "width_loss": width_loss, "distill_loss": distill_loss}
+        logging_output.update({name: value.data for name, value in logged.items() if value is not None})
+        logging_output.update(explore_rate=exploration.rate * sample_size,
+                              temperature=exploration.temperature * sample_size)
         return passes.total, sample_size, logging_output
+
+    def sandwich(self, model, sample, passes: UpdatePasses) -> Tuple[Tensor, Tensor]:
+        """The sandwich's fixed widths, each a pass of its own: every head first (the
+        narrower widths distil its logits in place; it learns from the cached teacher
+        only, being the teacher), then :meth:`widths`. Returns the full width's logits
+        (detached) and the widths' summed loss."""
+        if self.distill_hidden_weight and getattr(model.args, "encoder_layerdrop", 0):
+            raise OptionError("--distill-hidden-weight needs every layer in every pass: --encoder-layerdrop 0 "
+                              "(each pass would drop other layers, and no layer's output would have its teacher's)")
+        with passes.unsynced():
+            full, full_states = self.width_forward(model, sample, None)
+            cached = self.teacher_logits(sample, None, full.size(1))
+            width_loss = passes.add(self.fitted(self.task_loss(full, sample), full, cached)[0])
+        full, full_states = full.detach(), [state.detach() for state in full_states]
+        teacher = self.teacher_logits(sample, full, full.size(1))
+        padding = sample["net_input"]["src_tokens"].eq(model.encoder.sentence_encoder.padding_idx)
+        for heads, neurons in self.widths(model):
+            with passes.unsynced():
+                logits, states = self.width_forward(model, sample, heads, neurons)
+                loss = self.fitted(self.task_loss(logits, sample), logits, teacher)[0]
+                if self.distill_hidden_weight:
+                    loss = loss + self.distill_hidden_weight * hidden_distillation(states, full_states, padding)
+                width_loss = width_loss + passes.add(loss)
+        return full, width_loss
 
     def width_forward(self, model, sample, heads: Optional[List[int]],
                       neurons: Optional[List[int]] = None) -> Tuple[Tensor, List[Tensor]]:
@@ -270,11 +227,14 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
         return smallest + [(torch.randint(m, H + 1, (L,)).tolist(), neurons(draw=True))
                            for _ in range(self.sandwich_widths - 2)]
 
-    def fitted(self, task_loss: Tensor, logits: Tensor, teacher: Optional[Tensor]) -> Tensor:
+    def fitted(self, task_loss: Tensor, logits: Tensor, teacher: Optional[Tensor]
+               ) -> Tuple[Tensor, Optional[Tensor]]:
+        """The loss a pass fits, (1 - w) * task loss + w * distillation from ``teacher``
+        (None: the task loss), and the distillation term (None without a teacher)."""
         if teacher is None:
-            return task_loss
+            return task_loss, None
         distilled = soft_distillation(logits, teacher, self.distill_temperature)
-        return (1 - self.distill_weight) * task_loss + self.distill_weight * distilled
+        return (1 - self.distill_weight) * task_loss + self.distill_weight * distilled, distilled
 
     def teacher_logits(self, sample, full: Optional[Tensor], classes: int) -> Optional[Tensor]:
         """The logits to distil for this (training) batch: the cached teacher's rows

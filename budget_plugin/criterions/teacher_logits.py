@@ -3,7 +3,7 @@
 import torch
 from torch import Tensor
 
-from ..config import OptionError
+from ..option_error import OptionError
 
 
 def load_teacher_logits(path: str) -> Tensor:

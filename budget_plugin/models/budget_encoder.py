@@ -9,9 +9,10 @@ from fairseq.models.transformer import TransformerConfig, TransformerEncoder
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr
 
-from ..config import BudgetConfig, require
+from ..config import BudgetConfig
+from ..dial.settings import Dial
 from ..modules import BudgetedEncoderLayer
-from .budget_dial import Dial
+from ..option_error import require
 
 
 def ffn_neurons_per_layer(args) -> List[Optional[int]]:

@@ -13,9 +13,12 @@ from fairseq.models.roberta.model import base_architecture as roberta_architectu
 from fairseq.modules import layer_norm as fairseq_layer_norm
 from fairseq.utils import safe_getattr, safe_hasattr
 
-from ..config import BudgetConfig, require
+from ..config import BudgetConfig
+from ..dial.model import DialMixin
+from ..dial.settings import Dial
+from ..dial.state_format import STATE_FORMAT, upgrade_state
 from ..modules import BudgetedAttention, Exploration, exploration_at
-from .budget_dial import STATE_FORMAT, BudgetDial, Dial, parse_head_ratio
+from ..option_error import require
 from .budget_encoder import BudgetFormerEncoder
 from .hub_interface import BudgetFormerHubInterface, tokenizer_options
 
@@ -28,13 +31,13 @@ if fairseq_layer_norm.has_fused_layernorm:  # ... or, on CUDA, apex's fused one
 
 
 @register_model("budgetformer")
-class BudgetFormerModel(BudgetDial, RobertaModel):
+class BudgetFormerModel(DialMixin, RobertaModel):
     """RoBERTa-style classifier whose attention layers choose, per input, how many
     heads to run and which. ``model(tokens)[1]["budget"]`` holds each layer's
     statistics. The model owns its exploration schedule (a function of the update
     number fairseq hands it), :meth:`forced_heads` fixes every layer's budget inside
-    a ``with`` block, and the budget dial (``--head-ratio``, :meth:`dialled`) is
-    budget_dial.py's."""
+    a ``with`` block, and the dial (``--head-ratio``, ``--width``, :meth:`dialled`) is
+    dial/model.py's."""
 
     @classmethod
     def hub_models(cls):
@@ -57,7 +60,9 @@ class BudgetFormerModel(BudgetDial, RobertaModel):
         choose. Loading keeps torch's ``weights_only=True``."""
         from fairseq import hub_utils
 
-        data = Path(model_name_or_path, data_name_or_path) if data_name_or_path.startswith(".") else Path(data_name_or_path)
+        data = Path(data_name_or_path)
+        if data_name_or_path.startswith("."):
+            data = Path(model_name_or_path, data_name_or_path)
         kwargs.update(tokenizer_options([data, Path(model_name_or_path)], bpe, kwargs))
         loaded = hub_utils.from_pretrained(
             model_name_or_path,
@@ -81,30 +86,9 @@ class BudgetFormerModel(BudgetDial, RobertaModel):
                 module.eps = eps
         self.budget = encoder.sentence_encoder.budget  # the config the layers were built with
         self.num_updates = 0
-        # the layout of this state dict (budget_dial.py), so that a later one is refused by name
+        # the layout of this state dict (dial/state_format.py), so that a later one is refused by name
         self.register_buffer("budget_format", torch.tensor(STATE_FORMAT))
-        if self.budget.predicts_budget:
-            # the budget dial's calibration: rows (mean head ratio, budget-logit shift that
-            # gives it on a named split), none until nested/calibration.py fills them
-            self.register_buffer("head_dial", torch.zeros(0, 2))
-            # the width dial's allocation to the layers (models/width.py), none until the
-            # recipe stores one that dev prefers to the same width in every layer
-            self.register_buffer("head_priority", torch.zeros(0, args.encoder_attention_heads))
-            self.register_buffer("neuron_priority", torch.zeros(0, args.encoder_ffn_embed_dim))
-        layers, heads = args.encoder_layers, args.encoder_attention_heads
-        # --head-ratio (a task option, so that fairseq-validate parses it): applied once the
-        # weights, calibration included, are loaded (load_state_dict)
-        head_ratio = safe_getattr(args, "head_ratio", None)
-        if head_ratio is not None and not self.budget.predicts_budget:
-            self.dial_of(head_ratio)  # refused, in one line: this model has no dial
-        self.head_ratio = parse_head_ratio(head_ratio, layers, heads, self.budget.min_heads)
-        # --width (a task option too): heads and FFN neurons per layer, no calibration needed
-        self.width = safe_getattr(args, "width", None)
-        require(self.width is None or head_ratio is None, "width", "given without --head-ratio (a width sets the "
-                "heads too)", self.width)
-        self.dial_setting = Dial()  # what forward runs when a call names no dial
-        if self.width is not None or (self.head_ratio is not None and self.head_ratio.counts is not None):
-            self.set_head_ratio(self.head_ratio)
+        self.init_dial(args)
 
     def upgrade_state_dict_named(self, state_dict, name):
         """Warm start: a RoBERTa state dict (every key but the head routers) loads as is;
@@ -113,7 +97,7 @@ class BudgetFormerModel(BudgetDial, RobertaModel):
         budget dial's calibration loads uncalibrated."""
         super().upgrade_state_dict_named(state_dict, name)  # the children rename old keys
         prefix = name + "." if name else ""
-        self.upgrade_dial(state_dict, prefix)  # the format checked; the dial's table as this code reads it
+        upgrade_state(self, state_dict, prefix)  # the format checked; the dial's table as this code reads it
         router = {k: v for k, v in self.state_dict().items() if ".router." in k}
         new = [k for k in router if prefix + k not in state_dict]
         if new and len(new) == len(router):  # a checkpoint without routers: RoBERTa
@@ -156,7 +140,8 @@ class BudgetFormerModel(BudgetDial, RobertaModel):
         target = safe_getattr(args, "target_head_ratio", None)  # the criterion's, which fairseq-train hands on
         if budget.predicts_budget and budget.initial_budget is None and target:
             # start where the budget term will hold it (saved in the cfg: a checkpoint records its start)
-            budget.initial_budget = args.initial_budget = max(float(budget.min_heads), min(float(heads), target * heads))
+            start = max(float(budget.min_heads), min(float(heads), target * heads))
+            budget.initial_budget = args.initial_budget = start
         budget.check(args.encoder_layers, heads)
         if not safe_hasattr(args, "max_positions"):
             if not safe_hasattr(args, "tokens_per_sample"):
@@ -205,7 +190,7 @@ class BudgetFormerModel(BudgetDial, RobertaModel):
 
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
         result = super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
-        self.set_head_ratio(self.head_ratio)  # the dial reads the calibration just loaded
+        self.reset_dial()  # the dial reads the calibration just loaded
         return result
 
 

@@ -1,5 +1,6 @@
 """Budgeted multi-head self-attention: fairseq's MultiheadAttention whose every call
-runs the heads its router chose for each input (router.py), computing only those at
+runs the heads its router chose for each input (router.py; the router of each
+``--head-selection`` is ROUTERS'), computing only those at
 inference (a prefix of the heads, ``--head-selection nested``: prefix_heads.py; any
 subset: head_subset.py on CPU, gpu_heads.py on a GPU) and all of them, gated, in
 training."""
@@ -12,13 +13,18 @@ from fairseq.modules import MultiheadAttention
 from torch import Tensor, nn
 
 from ..config import BudgetConfig
+from ..dial.settings import NO_DIAL, LayerDial
 from . import gpu_heads, head_subset, prefix_heads
+from .baseline_routers import KeptRouter, RandomRouter, StaticRouter
 from .flops import attention_flops
 from .head_subset import HeadMajorWeights, head_major, keep_mask, merge_heads, split_heads
-from .layer_dial import NO_DIAL, LayerDial
-from .router import HeadRoute, HeadRouter
+from .learned_router import LearnedRouter
+from .nested_router import NestedRouter
+from .router import HeadRoute
 from .statistics import LayerStatistics
 
+ROUTERS = {"learned": LearnedRouter, "nested": NestedRouter, "pruned": NestedRouter, "static": StaticRouter,
+           "random": RandomRouter, "kept": KeptRouter}  # --head-selection: its router
 ROUTER_KEYS = ("relevance_proj.", "budget_proj.", "static_logits", "random_seed")
 
 
@@ -35,7 +41,7 @@ class BudgetedAttention(MultiheadAttention):
 
     def __init__(self, embed_dim: int, num_heads: int, cfg: BudgetConfig, fixed_heads: float, **kwargs):
         super().__init__(embed_dim, num_heads, self_attention=True, **kwargs)
-        self.router = HeadRouter(embed_dim, num_heads, cfg, fixed_heads)
+        self.router = ROUTERS[cfg.head_selection](embed_dim, num_heads, cfg, fixed_heads)
         self.fast_path = cfg.attention_path == "fast"
         self.nested = cfg.runs_prefix
         if cfg.head_selection == "pruned" and fixed_heads < num_heads:

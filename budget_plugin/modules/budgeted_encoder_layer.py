@@ -7,9 +7,9 @@ from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from torch import Tensor
 
 from ..config import BudgetConfig
+from ..dial.settings import NO_DIAL, LayerDial
 from .budgeted_attention import BudgetedAttention
 from .flops import ffn_flops
-from .layer_dial import NO_DIAL, LayerDial
 
 
 class BudgetedEncoderLayer(TransformerEncoderLayerBase):

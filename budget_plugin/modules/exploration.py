@@ -1,4 +1,6 @@
-"""The exploration schedule: how far head choice departs from top-k at an update.
+"""The exploration schedule of the paper's learned head choice (learned_router.py, and
+the static baseline): how far the choice departs from top-k at an update, and the
+ranking it perturbs.
 
 A pure function of the update number, which fairseq hands the model on every update
 (``set_num_updates``) and restores from a checkpoint, so a resumed run continues
@@ -7,7 +9,11 @@ exactly where it stopped. Evaluation never explores."""
 import math
 from typing import NamedTuple
 
+import torch
+from torch import Tensor
+
 from ..config import BudgetConfig
+from .router import ranks
 
 
 class Exploration(NamedTuple):
@@ -34,3 +40,20 @@ def exploration_at(cfg: BudgetConfig, num_updates: float, training: bool = True)
         uniform=cfg.exploration_uniform * rate,
         temperature=cfg.temperature_end + (cfg.temperature_start - cfg.temperature_end) * rate,
     )
+
+
+def explored_ranks(logits: Tensor, exploration: Exploration, training: bool) -> Tensor:
+    """Rank of every head (0 = most relevant) under ``exploration`` while training.
+
+    Gumbel noise of scale ``noise`` on ``logits / temperature`` makes the top-k a sample
+    without replacement from p (Gumbel-top-k); with probability ``uniform`` an example's
+    ranking is replaced by a uniformly random permutation."""
+    scores = logits.detach() / exploration.temperature
+    noise, uniform = exploration.noise, exploration.uniform
+    if training and (noise > 0 or uniform > 0):
+        gumbel = -torch.empty_like(scores).exponential_().log()
+        scores = scores + noise * gumbel
+        if uniform > 0:
+            at_random = torch.rand_like(scores[:, :1]) < uniform
+            scores = torch.where(at_random, gumbel, scores)
+    return ranks(scores)

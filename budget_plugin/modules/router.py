@@ -1,61 +1,44 @@
-"""The head router: for every input, how many heads a layer runs and which.
+"""What every head router shares: the route it hands its attention layer, the budget
+predictor, and the counts fixed from outside (forced widths, the dial).
 
-From a summary ``s`` of the layer input it predicts
+A router reads a summary ``s`` of the layer input and decides, per input, how many of
+the layer's H heads run and which. The routers, one per ``--head-selection``:
 
-* a head budget   ``b(x) = m + (H - m) * sigmoid(w_b . s + c_b)``  in ``[m, H]``,
-* a relevance     ``p(x) = softmax(W_r s / temperature)``           over the H heads,
+- nested_router.py: ``nested``, the product's path (a per-input budget over an
+  importance-ordered prefix of the heads) and ``pruned`` (an export's fixed prefix);
+- learned_router.py: ``learned``, the paper's method (a per-input budget and a
+  relevance over the heads, explored while training: exploration.py);
+- baseline_routers.py: ``static``, ``random`` and ``kept``, fixed budgets.
 
-and selects the ``k = clamp(round(b), m, H)`` most relevant heads. Training needs
-gradients for both discrete choices (which heads, how many): the gate of head h has
-the forward value of the hard selection (0 or 1, so a layer at full budget *is* a
-standard attention layer) and straight-through gradients,
+A router with a budget predictor predicts
 
-    gate_h = sel_h + ST(sigmoid((b - rank_h - 0.5) / t)) + ST(H * p_h),    ST(z) = z - z.detach()
+    b(x) = m + (H - m) * sigmoid(s * (w_b . s(x) + c_b))   in [m, H]
 
-The soft count mask gives the budget predictor the task gradient of adding or dropping
-the heads next to its boundary; the relevance term moves probability towards heads
-whose output lowers the loss (a first-order estimate, available for every head
-because training computes all of them).
+and runs ``k = round(b)`` heads. Training needs gradients for the discrete choice: the
+gate of head h has the forward value of the hard selection (0 or 1, so that a layer at
+full budget *is* a standard attention layer) and straight-through gradients from the
+soft count mask ``sigmoid((b - rank_h - 0.5) / t)``, which gives the budget the task
+gradient of adding or dropping the heads next to its boundary.
 
-``--head-selection nested`` keeps the budget and drops the relevance: the heads of an
-importance-ordered checkpoint (nested/reorder.py) run as a prefix, heads ``0..k-1``,
-for every input, so the router predicts only how many. Its gates are the hard prefix
-plus the straight-through soft count mask, and its "relevance" (a statistic, no
-parameter makes it) is uniform over the heads the input runs: ``1/k`` on the prefix,
-0 past it, so that the selection is still its top-k and its entropy, ``log k / log H``,
-reads as the heads run.
-
-The baselines (``--head-selection static|random|kept``) replace the predictor by a fixed
-budget per layer: one learned relevance shared by every input, uniform draws, or named heads.
-``pruned`` (an exported nested model) runs the prefix its layer holds, always.
-
-At evaluation the budget can be dialled (``--head-ratio``): the model hands every
-router its :class:`LayerDial` with each forward (an argument, never router state, so
-that concurrent calls can run at different settings): ``shift`` is added to the budget
-logit of every input (a calibrated shift, nested/calibration.py, moves the mean without
-undoing the per-input differences), or ``heads`` runs a fixed count with no predictor.
-
-Every logit is multiplied by ``--router-scale`` (10 by default), a reparametrization that
-lets the router move faster than the pretrained weights under one learning rate.
-"""
+Every logit is multiplied by ``--router-scale`` s, so that the router can move faster
+than the pretrained weights under one learning rate. At evaluation the dial
+(``LayerDial``, an argument of each call) shifts the budget logit or fixes the count."""
 
 import contextlib
 import math
-from typing import Iterator, List, NamedTuple, Optional, Tuple
+from typing import Iterator, List, NamedTuple, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import BudgetConfig
-from .exploration import Exploration, exploration_at
-from .layer_dial import NO_DIAL, LayerDial
+from ..dial.settings import NO_DIAL, LayerDial
 
 
 class HeadRoute(NamedTuple):
     budget: Tensor  # B, continuous budget b(x) (differentiable)
     heads: Tensor  # B, heads run per example: k = clamp(round(b), m, H)
-    selected: Optional[Tensor]  # B x H, bool (None: a prefix not asked for, HeadRouter.prefix(heads))
+    selected: Optional[Tensor]  # B x H, bool (None: a prefix not asked for, NestedRouter.prefix(heads))
     gate: Optional[Tensor]  # B x H, forward value == selected; straight-through gradients (None: not asked)
     relevance: Optional[Tensor]  # B x H, p(x) (None with selected)
     every_head: bool  # known on the host: every example runs all H heads
@@ -65,14 +48,6 @@ class HeadRoute(NamedTuple):
 def straight_through(z: Tensor) -> Tensor:
     """Zero in the forward pass, the gradient of ``z`` in the backward pass."""
     return z - z.detach()
-
-
-def _sigmoid(z: float) -> float:
-    """The logistic function of a host float, without overflow."""
-    if z >= 0:
-        return 1.0 / (1.0 + math.exp(-z))
-    e = math.exp(z)
-    return e / (1.0 + e)
 
 
 def ranks(scores: Tensor) -> Tensor:
@@ -94,76 +69,41 @@ def summarize(x: Tensor, key_padding_mask: Optional[Tensor], pooling: str) -> Te
 
 
 class HeadRouter(nn.Module):
-    """The router of one layer, holding only what its mode uses: ``relevance_proj``
-    (C -> H) and ``budget_proj`` (C -> 1) for the learned budget, ``budget_proj`` alone
-    for the nested one; ``static_logits`` (H), the ``random_seed`` or the ``kept``
-    buffer for the baselines."""
+    """The base of every router: the budget predictor (``budget_proj``, C -> 1, added
+    by :meth:`add_budget_predictor` where the mode predicts a budget), the update number
+    (for the exploration schedule), and :meth:`forced` counts. A subclass adds its own
+    parameters and ``forward(x, key_padding_mask, gate, dial) -> HeadRoute``."""
+
+    relevance_outputs = 0  # logits per input besides the budget's (the router's FLOPs)
 
     def __init__(self, embed_dim: int, num_heads: int, cfg: BudgetConfig, fixed_heads: float):
         super().__init__()
         self.cfg = cfg
         self.num_heads = num_heads
-        self.fixed_heads = fixed_heads  # this layer's budget for static/random
-        if cfg.head_selection == "learned":
-            self.relevance_proj = nn.Linear(embed_dim, num_heads)
-        if cfg.predicts_budget:
-            self.budget_proj = nn.Linear(embed_dim, 1)
-        if cfg.runs_prefix:  # the rank of every head, once (not in checkpoints)
-            self.register_buffer("position", torch.arange(num_heads), persistent=False)
-        if cfg.head_selection == "static":  # one relevance for every input
-            self.static_logits = nn.Parameter(torch.zeros(num_heads))
-        if cfg.head_selection == "random":
-            # seeds the draws at inference; a buffer, so that a checkpoint replays them
-            self.register_buffer("random_seed", torch.randint(1 << 62, ()))
-        if cfg.head_selection == "kept":  # filled by keep(); a buffer, so checkpoints hold it
-            self.register_buffer("kept", torch.zeros(num_heads, dtype=torch.bool))
-        self.prior: Optional[Tensor] = None  # prefer(): the relevance bias's start
-        self._generator: Optional[torch.Generator] = None
+        self.fixed_heads = fixed_heads  # this layer's budget where it is fixed
         self.num_updates = 0
         self.forced_heads: Optional[int] = None  # only inside forced()
-        self.reset_parameters()
+
+    def add_budget_predictor(self, embed_dim: int):
+        """``budget_proj`` (after the subclass's own parameters: a checkpoint's optimizer
+        state lists them in that order)."""
+        self.budget_proj = nn.Linear(embed_dim, 1)
 
     @property
     def outputs(self) -> int:
         """Logits the router predicts per input (relevance and budget): its FLOPs."""
-        return (self.num_heads if self.cfg.head_selection == "learned" else 0) + int(self.cfg.predicts_budget)
+        return self.relevance_outputs + int(self.cfg.predicts_budget)
 
     def reset_parameters(self):
-        """Near-uniform relevance, and a budget that starts at ``--initial-budget``.
-
-        Called again by the model after RoBERTa's ``init_bert_params`` has re-initialised
-        every ``nn.Linear``."""
-        scale = self.cfg.router_scale  # the initial logits do not depend on it
-        if self.cfg.head_selection == "static":
-            nn.init.normal_(self.static_logits, std=0.02 / scale)
+        """A budget that starts at ``--initial-budget``. Called again by the model after
+        RoBERTa's ``init_bert_params`` has re-initialised every ``nn.Linear``."""
         if not self.cfg.predicts_budget:
             return
         H, m, start = self.num_heads, self.cfg.min_heads, self.cfg.initial_budget
         start = H - 0.25 if start is None else start
         fraction = min(max((start - m) / (H - m), 1e-3), 1 - 1e-3) if H > m else 0.5
-        if self.cfg.head_selection == "learned":
-            nn.init.normal_(self.relevance_proj.weight, std=0.02 / scale)
-            if self.prior is None:
-                nn.init.zeros_(self.relevance_proj.bias)
-            else:
-                with torch.no_grad():
-                    self.relevance_proj.bias.copy_(self.prior / scale)
         nn.init.zeros_(self.budget_proj.weight)
-        nn.init.constant_(self.budget_proj.bias, math.log(fraction / (1 - fraction)) / scale)
-
-    def prefer(self, scores: List[float]):
-        """--relevance-prior: the relevance starts from these head scores, standardised
-        (kept for reset_parameters, which the model calls after fairseq's init)."""
-        scores = torch.tensor(scores, dtype=torch.float)
-        std = scores.std()
-        self.prior = (scores - scores.mean()) / (std if std > 0 else 1.0)
-        self.reset_parameters()
-
-    def keep(self, heads: List[int]):
-        """--head-selection kept: the heads this layer runs for every input."""
-        with torch.no_grad():
-            self.kept.zero_()
-            self.kept[heads] = True
+        nn.init.constant_(self.budget_proj.bias, math.log(fraction / (1 - fraction)) / self.cfg.router_scale)
 
     def set_num_updates(self, num_updates: int):
         """fairseq calls this on every update (and after loading a checkpoint)."""
@@ -172,7 +112,7 @@ class HeadRouter(nn.Module):
     @contextlib.contextmanager
     def forced(self, heads: int) -> Iterator[None]:
         """Run exactly ``heads`` heads for every input inside the block (the most
-        relevant ones; for nested, the first ones, with no predictor run); the
+        relevant ones; a prefix router's first ones, with no predictor run); the
         router's own budget again after it, even on error."""
         if not 1 <= heads <= self.num_heads:
             raise ValueError(f"forced heads must be in [1, {self.num_heads}], got {heads}")
@@ -183,38 +123,11 @@ class HeadRouter(nn.Module):
             self.forced_heads = None
 
     def fixed_count(self, dial: LayerDial = NO_DIAL) -> Optional[int]:
-        """The count every input runs, when it does not depend on the input: forced,
-        the heads a pruned layer holds, or dialled to a count (at evaluation)."""
+        """The count every input runs, when it does not depend on the input: forced, or
+        dialled to a count (at evaluation)."""
         if self.forced_heads is not None:
             return self.forced_heads
-        if self.cfg.head_selection == "pruned":
-            return int(self.fixed_heads)
         return None if self.training else dial.heads
-
-    def rank_heads(self, logits: Tensor, exploration: Exploration) -> Tensor:
-        """Rank of every head (0 = most relevant), explored while training.
-
-        Gumbel noise of scale 1 on ``logits / temperature`` makes the top-k a sample
-        without replacement from p (Gumbel-top-k); with probability ``uniform`` an
-        example's ranking is replaced by a uniformly random permutation."""
-        scores = logits.detach() / exploration.temperature
-        noise, uniform = exploration.noise, exploration.uniform
-        if self.training and (noise > 0 or uniform > 0):
-            gumbel = -torch.empty_like(scores).exponential_().log()
-            scores = scores + noise * gumbel
-            if uniform > 0:
-                at_random = torch.rand_like(scores[:, :1]) < uniform
-                scores = torch.where(at_random, gumbel, scores)
-        return ranks(scores)
-
-    def uniform_draw(self, shape, device) -> Tensor:
-        """Uniform numbers for --head-selection random: the global (per-update seeded)
-        generator while training, the layer's own seeded one at inference."""
-        if self.training:
-            return torch.rand(shape, device=device)
-        if self._generator is None or self._generator.device != torch.device(device):
-            self._generator = torch.Generator(device=device).manual_seed(int(self.random_seed))
-        return torch.rand(shape, device=device, generator=self._generator)
 
     def predict_budget(self, summary: Tensor, shift: float = 0.0) -> Tensor:
         """b(x) = m + (H - m) sigmoid(s (w_b . summary + c_b) + shift): B, float32; the
@@ -225,96 +138,21 @@ class HeadRouter(nn.Module):
             logit = logit + shift
         return m + (H - m) * torch.sigmoid(logit)
 
-    def forward(self, x: Tensor, key_padding_mask: Optional[Tensor], gate: bool = True,
-                dial: LayerDial = NO_DIAL) -> HeadRoute:
-        """x: T x B x C (the attention's input). ``gate=False`` skips the gates (the fast
-        path runs the selection itself, and the gates are a dozen small ops a layer);
-        ``dial``: the budget dial's setting for this call (evaluation only)."""
-        H, m, B = self.num_heads, self.cfg.min_heads, x.size(1)
-        selection, scale = self.cfg.head_selection, self.cfg.router_scale
-        if self.cfg.runs_prefix:
-            return self.nested(x, key_padding_mask, gate, dial)
-        exploration = exploration_at(self.cfg, self.num_updates, self.training)
-        if selection == "learned":
-            summary = summarize(x, key_padding_mask, self.cfg.budget_pooling)
-            logits = scale * self.relevance_proj(summary).float()
-            budget = self.predict_budget(summary, dial.shift)
-            heads = budget.detach().round().clamp(m, H).long()
-        else:  # baselines: a fixed budget, no router
-            budget = x.new_full((B,), self.fixed_heads, dtype=torch.float)
-            if selection == "static":
-                logits = scale * self.static_logits.float().expand(B, H)
-                heads = budget.round().long()
-            elif selection == "kept":  # ranked first, uniform relevance among them
-                logits = torch.where(self.kept, 0.0, float("-inf")).expand(B, H)
-                heads = budget.round().long()
-            else:  # floor or ceiling, so that the mean is the fractional budget
-                logits = x.new_zeros((B, H), dtype=torch.float)
-                fraction = self.fixed_heads - math.floor(self.fixed_heads)
-                heads = math.floor(self.fixed_heads) + (self.uniform_draw(B, x.device) < fraction).long()
-        every_head = m >= H or {"learned": False, "static": round(self.fixed_heads) >= H,
-                                "random": self.fixed_heads >= H, "kept": self.fixed_heads >= H}[selection]
+    def soft_count(self, budget: Tensor, rank: Tensor) -> Tensor:
+        """B x H: sigmoid((b - rank - 0.5) / t), the soft head-count mask."""
+        return torch.sigmoid((budget.unsqueeze(-1) - rank.to(budget.dtype) - 0.5) / self.cfg.budget_mask_temperature)
+
+    def ranked_route(self, budget: Tensor, heads: Tensor, relevance: Tensor, rank: Tensor, every_head: bool,
+                     gate: bool, dial: LayerDial) -> HeadRoute:
+        """The route of a router that ranks the heads: the ``heads`` best-ranked run
+        (a fixed count overrides them); the gates add the straight-through soft count
+        mask and relevance ``H * p`` (a first-order estimate of each head's worth)."""
         fixed = self.fixed_count(dial)
         if fixed is not None:
-            heads = torch.full_like(heads, fixed)
-            every_head = fixed == H
-        relevance = torch.softmax(logits / exploration.temperature, dim=-1)
-        if selection == "random":
-            rank = ranks(self.uniform_draw((B, H), x.device))
-        elif selection == "kept":  # nothing to explore
-            rank = ranks(logits)
-        else:
-            rank = self.rank_heads(logits, exploration)
+            heads, every_head = torch.full_like(heads, fixed), fixed == self.num_heads
         selected = rank < heads.unsqueeze(-1)
         if not gate:
             return HeadRoute(budget, heads, selected, None, relevance, every_head)
-        soft_count = torch.sigmoid(
-            (budget.unsqueeze(-1) - rank.to(budget.dtype) - 0.5) / self.cfg.budget_mask_temperature
-        )
-        gates = selected.to(budget.dtype) + straight_through(soft_count) + straight_through(H * relevance)
+        gates = (selected.to(budget.dtype) + straight_through(self.soft_count(budget, rank))
+                 + straight_through(self.num_heads * relevance))
         return HeadRoute(budget, heads, selected, gates, relevance, every_head)
-
-    def nested(self, x: Tensor, key_padding_mask: Optional[Tensor], gate: bool, dial: LayerDial = NO_DIAL) -> HeadRoute:
-        """--head-selection nested (and pruned): the budget as 'learned' predicts it, the
-        heads a prefix of the layer's order. Nothing is ranked or explored; the gates
-        are the hard prefix plus the straight-through soft count mask. A fixed count
-        (forced, dialled, or a pruned layer's) runs no predictor: the budget is that
-        count (and the gates carry no gradient to it). Without gates (the fast path),
-        the counts alone: the rest is :meth:`prefix`."""
-        H, m, B = self.num_heads, self.cfg.min_heads, x.size(1)
-        fixed = self.fixed_count(dial)
-        if fixed is None and not gate:  # the fast path: the counts are needed on the host
-            return self.host_counts(x, key_padding_mask, dial.shift)
-        if fixed is None:
-            budget = self.predict_budget(summarize(x, key_padding_mask, self.cfg.budget_pooling), dial.shift)
-            heads, every_head = budget.round().long(), m >= H  # b is in [m, H]: no clamp
-        else:
-            budget = x.new_full((B,), float(fixed), dtype=torch.float)
-            heads, every_head = torch.full((B,), fixed, device=x.device), fixed == H
-        if not gate:
-            return HeadRoute(budget, heads, None, None, None, every_head)
-        selected, relevance = self.prefix(heads)
-        soft_count = torch.sigmoid((budget.unsqueeze(-1) - self.position - 0.5) / self.cfg.budget_mask_temperature)
-        gates = selected.to(budget.dtype) + straight_through(soft_count)
-        return HeadRoute(budget, heads, selected, gates, relevance, every_head)
-
-    def host_counts(self, x: Tensor, key_padding_mask: Optional[Tensor], shift: float = 0.0) -> HeadRoute:
-        """The nested fast path's route: the budget logits read once to the host, where
-        the budgets and counts are worked out (the counts slice the weights there), in a
-        few operations instead of a tensor op for each step of the formula: at batch 1
-        the router is a fixed cost that the heads it saves must pay for. The budgets are
-        float64 arithmetic rounded to float32: within an ulp of the tensor formula's."""
-        H, m, scale = self.num_heads, self.cfg.min_heads, self.cfg.router_scale
-        summary = summarize(x, key_padding_mask, self.cfg.budget_pooling)
-        logits = F.linear(summary, self.budget_proj.weight, self.budget_proj.bias).view(-1).tolist()
-        budgets = [m + (H - m) * _sigmoid(scale * z + shift) for z in logits]
-        counts = [round(b) for b in budgets]
-        return HeadRoute(torch.tensor(budgets, device=x.device), torch.tensor(counts, device=x.device), None, None,
-                         None, m >= H, counts)
-
-    def prefix(self, heads: Tensor) -> Tuple[Tensor, Tensor]:
-        """Each input's selection, its first ``heads`` heads (B x H, bool), and its
-        relevance, uniform over them (a statistic: 1/k on the prefix, 0 past it)."""
-        heads = heads.unsqueeze(-1)
-        selected = self.position < heads
-        return selected, selected / heads

@@ -23,9 +23,11 @@ from typing import List, Optional, Sequence
 import torch
 
 from budget_plugin.config import BudgetConfig
-from budget_plugin.models.budget_dial import DIAL_BUFFERS, parse_head_ratio
-from budget_plugin.models.width import Width, parse_width, stored_priorities
-from budget_plugin.nested.calibration import RECORD
+from budget_plugin.dial.calibration import RECORD
+from budget_plugin.dial.parsing import parse_head_ratio, parse_width
+from budget_plugin.dial.settings import Width
+from budget_plugin.dial.state_format import DIAL_BUFFERS
+from budget_plugin.dial.width import stored_priorities
 from budget_plugin.tools.checkpoints import load_checkpoint, model_options, read
 from budget_plugin.tools.errors import DataError
 from budget_plugin.tools.evaluation import layer_heads, split_batches

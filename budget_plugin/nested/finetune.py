@@ -17,8 +17,8 @@ SYSTEMS = ("dense", "budget")
 # large blocks are freed, and then serves the next pass's activations from a heap that
 # it does not give back: passes of other shapes (the sandwich's widths, batches of other
 # lengths) leave it fragmented. A fixed threshold maps every block over 1 MiB afresh and
-# returns it when freed: 5.2 GB instead of 6.3 for a MiniLM sandwich on 16 x 512 pieces
-# (results/width/memory.md)
+# returns it when freed: 5.53 GiB instead of 6.22 for the dense step on 8192-piece
+# batches (results/width/memory.log)
 TRAIN_ENV = {"MALLOC_MMAP_THRESHOLD_": str(1 << 20)}
 
 
@@ -84,7 +84,8 @@ def command(system: str, data: Path, model_dir: Path, save_dir: Path, recipe: Re
     # --user-dir (in train_options) for both: it lets torch's safe loader read fairseq
     # checkpoints, and its task scores every validation example
     return [
-        *train_options(data, save_dir, lr=recipe.lr, updates=updates, warmup=max(1, round(recipe.warmup_share * updates)),
+        *train_options(data, save_dir, lr=recipe.lr, updates=updates,
+                       warmup=max(1, round(recipe.warmup_share * updates)),
                        seed=recipe.seed, num_classes=num_classes, batch_size=recipe.batch_size,
                        max_tokens=recipe.max_tokens,
                        log_interval=recipe.log_interval, cpu=cpu), *(["--fp16"] if fp16 else []),

@@ -32,19 +32,17 @@ from typing import Callable, Dict, Optional
 import torch
 
 from budget_plugin.data.binarize import count_binarized, num_classes
+from budget_plugin.dial.allocation import allocate_checkpoint
+from budget_plugin.dial.calibration import calibrate_checkpoint
 from budget_plugin.nested import finetune
-from budget_plugin.nested.allocation import allocate_checkpoint
-from budget_plugin.nested.calibration import calibrate_checkpoint
 from budget_plugin.nested.importance import layer_importance
 from budget_plugin.nested.reorder import reorder_heads, reorder_neurons
+from budget_plugin.nested.step_record import Step, recorded, run_steps
 from budget_plugin.tools.checkpoints import read
-from budget_plugin.tools.errors import DataError
 from budget_plugin.tools.fairseq_cli import run, train_options
 from budget_plugin.tools.files import atomic_path, write_json
 
 TRAINING_PROGRESS = ("| train_inner |", "valid on 'valid'", "done training")
-# fairseq-train options that change nothing a step makes, left out of its record
-UNRECORDED = ("--log-interval",)
 
 
 @dataclass
@@ -74,7 +72,8 @@ def nested_command(data: Path, model_pt: Path, reordered: Path, save_dir: Path, 
     width it computes what the dense model computes."""
     flags, _ = finetune.encoder_flags(model_pt)
     return [
-        *train_options(data, save_dir, lr=nested.lr, updates=updates, warmup=max(1, round(dense.warmup_share * updates)),
+        *train_options(data, save_dir, lr=nested.lr, updates=updates,
+                       warmup=max(1, round(dense.warmup_share * updates)),
                        seed=dense.seed, num_classes=classes, batch_size=dense.batch_size, max_tokens=dense.max_tokens,
                        log_interval=dense.log_interval, cpu=cpu), *(["--fp16"] if fp16 else []),
         "--task", "budget_sentence_prediction", "--arch", "budgetformer", *flags,
@@ -102,71 +101,49 @@ def train_step(name: str, command: list, save_dir: Path, log: Callable[[str], No
     return record
 
 
-def recorded(command: list) -> list:
-    """A fairseq command line as a step's record: strings, without UNRECORDED options."""
-    tokens = [str(c) for c in command]
-    return [token for i, token in enumerate(tokens) if token not in UNRECORDED and
-            (i == 0 or tokens[i - 1] not in UNRECORDED)]
-
-
-def options_of(spec) -> Dict[str, str]:
-    """A step's record as option -> value: a command line's ``--flag value`` pairs (what
-    precedes the first flag under ``arguments``), or a dict of settings as it is."""
-    if isinstance(spec, dict):
-        return {key: json.dumps(value) for key, value in spec.items()}
-    found, key = {}, "arguments"
-    for token in map(str, spec):
-        if token.startswith("--"):
-            key = token
-            found[key] = ""
-        else:
-            found[key] = f"{found.get(key, '')} {token}".strip()
-    return found
-
-
-def difference(recorded, planned) -> str:
-    """What differs between a step's recorded and planned runs, option by option."""
-    old, new = options_of(recorded), options_of(planned)
-
-    def shown(value: Optional[str]) -> str:
-        return "(unset)" if value is None else value or "(set)"  # a flag without a value is set
-
-    return "; ".join(f"{key} {shown(old.get(key))} (now {shown(new.get(key))})"
-                     for key in sorted(old.keys() | new.keys()) if old.get(key) != new.get(key))
-
-
-class StepRecord:
-    """SAVE_DIR/recipe.json: what each finished step was run with, in step order."""
+class RecipePaths:
+    """Where each step leaves its output under SAVE_DIR."""
 
     def __init__(self, save_dir: Path):
-        self.path = save_dir / "recipe.json"
-        self.steps = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        self.save_dir = save_dir
+        self.dense, self.nested = save_dir / "dense", save_dir / "nested"
+        self.dense_best, self.nested_best = self.dense / "checkpoint_best.pt", self.nested / "checkpoint_best.pt"
+        self.head_importance, self.neuron_importance = save_dir / "importance.json", save_dir / "neuron_importance.json"
+        self.reordered, self.calibration = save_dir / "reordered.pt", self.nested / "calibration.json"
 
-    def done(self, name: str) -> bool:
-        return name in self.steps
 
-    def finish(self, name: str, spec) -> None:
-        self.steps[name] = spec
-        write_json(self.path, self.steps)
+def importance_step(paths: RecipePaths, data: Path, dense: finetune.Recipe, nested: NestedRecipe) -> None:
+    found = layer_importance(paths.dense_best, data, "train", dense.batch_size, nested.importance_examples)
+    write_json(paths.neuron_importance, found.neurons.tolist())
+    write_json(paths.head_importance, found.heads.tolist())
 
-    def check(self, planned: Dict[str, object], save_dir: Path, redo: bool, log: Callable[[str], None]) -> None:
-        """Refuse the first recorded step whose run differs from the planned one; with
-        ``redo``, forget it and every step after it, so that they run again (over their
-        old files: each step writes all of its output). A step without a record (cut
-        short, or from an older version of the recipe) runs again too."""
-        names = list(planned)
-        stale = next((n for n in names if n in self.steps and self.steps[n] != planned[n]), None)
-        if stale is not None and not redo:
-            raise DataError(f"{save_dir}: its {stale} step was run with other options: "
-                            f"{difference(self.steps[stale], planned[stale])}; give --redo to run it and the steps "
-                            "after it again, or another SAVE_DIR")
-        if stale is not None:
-            log(f"--redo: the {stale} step's options changed; it and the steps after it run again")
-        # the first step to run: every step after it takes its output as input
-        first = next((i for i, n in enumerate(names) if self.steps.get(n) != planned[n]), len(names))
-        for name in names[first:]:
-            self.steps.pop(name, None)
-        write_json(self.path, self.steps)
+
+def reorder_step(paths: RecipePaths, nested: NestedRecipe) -> None:
+    state = read(paths.dense_best)
+    state["model"], order = reorder_heads(state["model"], read_json_tensor(paths.head_importance))
+    if nested.min_ffn_ratio:
+        state["model"], neuron_order = reorder_neurons(state["model"], read_json_tensor(paths.neuron_importance))
+        write_json(paths.save_dir / "neuron_order.json", neuron_order.tolist())
+    state["last_optimizer_state"] = None
+    with atomic_path(paths.reordered) as tmp:
+        torch.save(state, tmp)
+    write_json(paths.save_dir / "order.json", order.tolist())
+
+
+def calibration_step(paths: RecipePaths, data: Path, nested: NestedRecipe, log: Callable[[str], None]) -> None:
+    indented = lambda line: log("    " + line)  # noqa: E731
+    table = calibrate_checkpoint(paths.nested_best, data, "valid", log=indented,
+                                 max_examples=nested.calibration_examples)
+    record = {"split": "valid", "table": table.tolist(), "nested": asdict(nested)}
+    if nested.min_ffn_ratio:
+        record["allocation"] = allocate_checkpoint(
+            paths.nested_best, data, read_json_tensor(paths.head_importance),
+            read_json_tensor(paths.neuron_importance), nested.min_ffn_ratio, "valid", log=indented)
+    write_json(paths.calibration, record)
+
+
+def read_json_tensor(path: Path) -> torch.Tensor:
+    return torch.tensor(json.loads(path.read_text()))
 
 
 def finetune_nested(model_dir: Path, data: Path, save_dir: Path, dense: finetune.Recipe, nested: NestedRecipe,
@@ -174,80 +151,31 @@ def finetune_nested(model_dir: Path, data: Path, save_dir: Path, dense: finetune
                     cpu: bool = True, fp16: bool = False) -> Dict[str, Path]:
     """The five steps; returns the dense and nested best checkpoints. ``cpu``: train on
     the CPU (else fairseq's default device, the GPU); ``fp16``: half-precision training."""
-    classes = num_classes(data)
+    paths, classes = RecipePaths(save_dir), num_classes(data)
     examples = count_binarized(data / "input0" / "train")
     updates = dense.updates(examples)
     nested_updates = nested.max_updates or updates
-    dense_dir, nested_dir = save_dir / "dense", save_dir / "nested"
-    dense_best, nested_best = dense_dir / "checkpoint_best.pt", nested_dir / "checkpoint_best.pt"
-    importance_file, reordered, calibrated = save_dir / "importance.json", save_dir / "reordered.pt", \
-        nested_dir / "calibration.json"
-    neuron_importance_file = save_dir / "neuron_importance.json"
     device = {"cpu": cpu, "fp16": fp16}
-    dense_command = finetune.command("dense", data, model_dir, dense_dir, dense, examples, classes, **device)
-    nested_run = nested_command(data, model_dir / "model.pt", reordered, nested_dir, dense, nested, nested_updates,
-                                classes, **device)
-    planned = {  # each step's record: what decides its output
-        "dense": recorded(dense_command),
-        "importance": {"examples": nested.importance_examples, "batch_size": dense.batch_size, "split": "train"},
-        "reorder": {"neurons": bool(nested.min_ffn_ratio)},
-        "nested": recorded(nested_run),
-        "calibration": {"split": "valid", "allocation": bool(nested.min_ffn_ratio),
-                        "examples": nested.calibration_examples or None},
-    }
+    dense_run = finetune.command("dense", data, model_dir, paths.dense, dense, examples, classes, **device)
+    nested_run = nested_command(data, model_dir / "model.pt", paths.reordered, paths.nested, dense, nested,
+                                nested_updates, classes, **device)
+    ffn = bool(nested.min_ffn_ratio)
     save_dir.mkdir(parents=True, exist_ok=True)
-    steps = StepRecord(save_dir)
-    steps.check(planned, save_dir, redo, log)
-
-    def step(name: str, heading: str, body: Callable[[], None]) -> None:
-        if steps.done(name):
-            log(f"{heading}: done before, with the same options")
-            return
-        log(heading)
-        body()
-        steps.finish(name, planned[name])
-
-    step("dense", f"recipe 1/5: dense fine-tuning ({updates} updates)",
-         lambda: train_step("dense", dense_command, dense_dir, log, threads))
-
-    def importance() -> None:
-        found = layer_importance(dense_best, data, "train", dense.batch_size, nested.importance_examples)
-        write_json(neuron_importance_file, found.neurons.tolist())
-        write_json(importance_file, found.heads.tolist())
-
-    step("importance", f"recipe 2/5: head and FFN-neuron importance of the dense model on "
-         f"{nested.importance_examples} training examples", importance)
-
-    def reorder() -> None:
-        state = read(dense_best)
-        state["model"], order = reorder_heads(state["model"], torch.tensor(json.loads(importance_file.read_text())))
-        if nested.min_ffn_ratio:
-            neurons = torch.tensor(json.loads(neuron_importance_file.read_text()))
-            state["model"], neuron_order = reorder_neurons(state["model"], neurons)
-            write_json(save_dir / "neuron_order.json", neuron_order.tolist())
-        state["last_optimizer_state"] = None
-        with atomic_path(reordered) as tmp:
-            torch.save(state, tmp)
-        write_json(save_dir / "order.json", order.tolist())
-
-    step("reorder", "recipe 3/5: heads" + (" and FFN neurons" if nested.min_ffn_ratio else "") +
-         " reordered by importance (the same function)", reorder)
-    step("nested", f"recipe 4/5: nested fine-tuning ({nested_updates} updates; each trains the router's budgets "
-         f"and {nested.sandwich_widths} fixed widths)",
-         lambda: train_step("nested", nested_run, nested_dir, log, threads))
-
-    def calibrate() -> None:
-        indented = lambda line: log("    " + line)  # noqa: E731
-        table = calibrate_checkpoint(nested_best, data, "valid", log=indented,
-                                     max_examples=nested.calibration_examples)
-        record = {"split": "valid", "table": table.tolist(), "nested": asdict(nested)}
-        if nested.min_ffn_ratio:
-            heads, neurons = (torch.tensor(json.loads(path.read_text())) for path in (importance_file,
-                                                                                     neuron_importance_file))
-            record["allocation"] = allocate_checkpoint(nested_best, data, heads, neurons, nested.min_ffn_ratio,
-                                                       "valid", log=indented)
-        write_json(calibrated, record)
-
-    step("calibration", "recipe 5/5: the budget dial calibrated on dev" +
-         (", and the width dial's allocation chosen there" if nested.min_ffn_ratio else ""), calibrate)
-    return {"dense": dense_best, "nested": nested_best}
+    run_steps([
+        Step("dense", f"dense fine-tuning ({updates} updates)", recorded(dense_run),
+             lambda: train_step("dense", dense_run, paths.dense, log, threads)),
+        Step("importance", f"head and FFN-neuron importance of the dense model on {nested.importance_examples} "
+             "training examples", {"examples": nested.importance_examples, "batch_size": dense.batch_size,
+                                   "split": "train"},
+             lambda: importance_step(paths, data, dense, nested)),
+        Step("reorder", "heads" + (" and FFN neurons" if ffn else "") + " reordered by importance (the same "
+             "function)", {"neurons": ffn}, lambda: reorder_step(paths, nested)),
+        Step("nested", f"nested fine-tuning ({nested_updates} updates; each trains the router's budgets and "
+             f"{nested.sandwich_widths} fixed widths)", recorded(nested_run),
+             lambda: train_step("nested", nested_run, paths.nested, log, threads)),
+        Step("calibration", "the budget dial calibrated on dev" + (", and the width dial's allocation chosen "
+             "there" if ffn else ""), {"split": "valid", "allocation": ffn,
+                                       "examples": nested.calibration_examples or None},
+             lambda: calibration_step(paths, data, nested, log)),
+    ], save_dir, redo, log)
+    return {"dense": paths.dense_best, "nested": paths.nested_best}

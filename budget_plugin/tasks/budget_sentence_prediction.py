@@ -25,27 +25,16 @@ class DataSplitError(SystemExit):
 
 @dataclass
 class BudgetSentencePredictionConfig(SentencePredictionConfig):
+    """The task's dial options: task options so that fairseq-validate parses them; they
+    are handed to the model (docs/options.md)."""
+
     head_ratio: Optional[str] = field(
-        default=None,
-        metadata={
-            "help": "the budget dial, for evaluation (fairseq-validate, the hub): a BudgetFormer "
-            "checkpoint runs its per-input budgets shifted to this mean head ratio R in "
-            "[--min-heads / H, 1] (the shift calibrated on a split and stored in the checkpoint: "
-            "budget-calibrate; the ends run that many heads with no router), or, given one whole "
-            "number per layer "
-            "('4,4,3,3,4,4'), that many heads in each layer with no router (the static twin). "
-            "A task option, so that fairseq-validate parses it; it is handed to the model"
-        },
+        default=None, metadata={"help": "the head dial at evaluation: a mean head ratio R in [--min-heads / H, 1] "
+                                "(calibrated), or one head count per layer ('4,4,3,3,4,4')"}
     )
     width: Optional[str] = field(
-        default=None,
-        metadata={
-            "help": "the width dial, for evaluation: a nested checkpoint (heads and FFN neurons in "
-            "importance order) runs round(R x H) heads and round(R x F) FFN neurons in every layer "
-            "for a ratio R in (0, 1], or, given one heads:neurons pair per layer "
-            "('4:461,4:461,...'), those. Instead of --head-ratio, which cuts the heads alone. A "
-            "task option, handed to the model"
-        },
+        default=None, metadata={"help": "the width dial at evaluation: a ratio R in (0, 1] of heads and FFN "
+                                "neurons, or one heads:neurons pair per layer ('4:461,...')"}
     )
 
 

@@ -10,7 +10,7 @@ from fairseq.data import Dictionary
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
 import budget_plugin  # noqa: F401  (registers the budgetformer architectures)
-from budget_plugin.models.budget_dial import DIAL_BUFFERS
+from budget_plugin.dial.state_format import DIAL_BUFFERS
 from budget_plugin.tools.errors import DataError
 
 SIZE_OPTIONS = ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads")
@@ -109,7 +109,7 @@ def copy_weights(source_state: Dict[str, torch.Tensor], target: torch.nn.Module,
         if name in state and hasattr(target, name):
             setattr(target, name, getattr(target, name).new_empty(state[name].shape))
     missing, unexpected = target.load_state_dict(state, strict=False)
-    # the dial's calibration and the state dict's format too (budget_dial.py)
+    # the dial's calibration and the state dict's format too (dial/state_format.py)
     missing = [k for k in missing if ".router." not in k and k not in (*DIAL_BUFFERS, "budget_format")]
     unexpected = [k for k in unexpected if ".router." not in k and k not in (*DIAL_BUFFERS, "budget_format")]
     if missing or unexpected:

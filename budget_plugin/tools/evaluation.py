@@ -46,7 +46,7 @@ class Scored(NamedTuple):
 @torch.no_grad()
 def scored(model, batches: Sequence[dict], dial=None) -> Scored:
     """Accuracy over the batches' examples, the heads run and the FLOPs, in one pass
-    (``dial``: a setting for the calls, models/budget_dial.py; None: the model's own)."""
+    (``dial``: a setting for the calls, dial/settings.py; None: the model's own)."""
     correct = examples = 0
     totals, flops, full = None, 0.0, 0.0
     for sample in batches:

@@ -11,8 +11,8 @@ from typing import Callable, Dict
 
 import torch
 
-from budget_plugin.models.width import WIDTHS
-from budget_plugin.nested.allocation import allocation_priorities, compare_allocations
+from budget_plugin.dial.width import WIDTHS
+from budget_plugin.dial.allocation import allocation_priorities, compare_allocations
 from budget_plugin.tools.checkpoints import load_checkpoint
 from budget_plugin.tools.evaluation import split_batches
 

@@ -34,8 +34,8 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from budget_plugin.models.budget_dial import Dial
-from budget_plugin.models.width import WIDTHS
+from budget_plugin.dial.settings import Dial
+from budget_plugin.dial.width import WIDTHS
 from budget_plugin.nested.export import dialled_counts, pruned_checkpoint
 from budget_plugin.tools.checkpoints import as_budgetformer, load_checkpoint, read
 from budget_plugin.tools.evaluation import classify, count_flops, scored, split_batches, tokens

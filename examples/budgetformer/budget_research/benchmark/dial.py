@@ -20,7 +20,7 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from budget_plugin.models.budget_dial import parse_head_ratio
+from budget_plugin.dial.parsing import parse_head_ratio
 from budget_plugin.nested.export import pruned_checkpoint, whole_counts
 from budget_plugin.tools.building import twin
 from budget_plugin.tools.checkpoints import as_budgetformer, load_checkpoint, read
@@ -35,7 +35,7 @@ def dialled(model, head_ratio: str):
     copied = copy.deepcopy(model)
     L, H = model.args.encoder_layers, model.args.encoder_attention_heads
     copied.head_ratio = parse_head_ratio(head_ratio, L, H, model.budget.min_heads)
-    copied.set_head_ratio(copied.head_ratio)
+    copied.reset_dial()
     return copied.eval()
 
 

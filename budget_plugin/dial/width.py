@@ -6,32 +6,19 @@ keeps its meaning: the heads alone.
 A setting is a ratio R or one ``heads:neurons`` pair per layer (``4:461,4:461,...``),
 for experts and exports. A ratio runs R of the model's heads and R of its neurons in
 all, allocated to the layers by the model's priorities (``allocated_width``: the
-recipe stores them when dev prefers them, nested/allocation.py) or else the same in
+recipe stores them when dev prefers them, allocation.py) or else the same in
 every layer (``uniform_width``: round(R x H) heads, at least --min-heads, and round(R x
 F) neurons). A width runs no router: every input runs the same counts."""
 
-from typing import NamedTuple, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 
-from ..config import require
-from .budget_dial import Dial
+from .settings import Width
 
 # the widths the recipe compares allocations at and budget-finetune reports (< 1: the
 # full width is the same in any allocation)
 WIDTHS = ("0.75", "0.5", "0.4", "0.3", "0.25")
-
-
-class Width(NamedTuple):
-    heads: Tuple[int, ...]  # per layer
-    neurons: Tuple[int, ...]  # per layer
-
-    def dial(self) -> Dial:
-        return Dial(counts=self.heads, neurons=self.neurons)
-
-    def option(self) -> str:
-        """As ``--width`` writes it, one pair per layer."""
-        return ",".join(f"{h}:{f}" for h, f in zip(self.heads, self.neurons))
 
 
 def uniform_width(ratio: float, num_layers: int, num_heads: int, num_neurons: int, min_heads: int = 1) -> Width:
@@ -69,33 +56,3 @@ def stored_priorities(head: Optional[torch.Tensor], neuron: Optional[torch.Tenso
     if head is None or head.numel() == 0:
         return None
     return head.detach().cpu(), neuron.detach().cpu()
-
-
-def parse_width(value, num_layers: int, num_heads: int, num_neurons: int, min_heads: int = 1,
-                priorities: Optional[Tuple[torch.Tensor, torch.Tensor]] = None) -> Optional[Width]:
-    """--width: None; a ratio R in (0, 1] (allocated by ``priorities``, heads' and
-    neurons', if given, else uniform); or ``num_layers`` comma-separated
-    ``heads:neurons`` pairs."""
-    if value is None or value == "":
-        return None
-    text = str(value)
-    pairs = text.split(",")
-    if len(pairs) == 1 and ":" not in text:
-        try:
-            ratio = float(text)
-        except ValueError:
-            ratio = -1.0
-        require(0 < ratio <= 1, "width", f"a ratio in (0, 1], or {num_layers} comma-separated heads:neurons pairs",
-                value)
-        if priorities is not None:
-            return allocated_width(ratio, *priorities)
-        return uniform_width(ratio, num_layers, num_heads, num_neurons, min_heads)
-    try:
-        counts = [tuple(int(n) for n in pair.split(":")) for pair in pairs]
-    except ValueError:
-        counts = []
-    require(len(counts) == num_layers and all(len(c) == 2 and min_heads <= c[0] <= num_heads and
-                                              1 <= c[1] <= num_neurons for c in counts),
-            "width", f"a ratio in (0, 1], or {num_layers} comma-separated heads:neurons pairs (heads in "
-            f"[--min-heads, {num_heads}], neurons in [1, {num_neurons}])", value)
-    return Width(tuple(h for h, _ in counts), tuple(f for _, f in counts))

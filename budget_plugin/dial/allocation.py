@@ -1,7 +1,7 @@
 """The width dial's allocation to the layers, chosen on dev (the recipe's last step).
 
 ``--width R`` runs R of the model's heads and R of its FFN neurons. Two allocations
-are scored on the calibration split at the recipe's widths (models/width.py, WIDTHS):
+are scored on the calibration split at the recipe's widths (width.py, WIDTHS):
 
 * ``uniform``: R in every layer;
 * ``importance``: Michel et al.'s global ranking. A unit's importance on the dense
@@ -19,9 +19,10 @@ from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
-from budget_plugin.models.width import WIDTHS, parse_width
-from budget_plugin.tools.checkpoints import load_checkpoint, read, rewrite
-from budget_plugin.tools.evaluation import scored, split_batches
+from ..tools.checkpoints import load_checkpoint, read, rewrite
+from ..tools.evaluation import scored, split_batches
+from .parsing import parse_width
+from .width import WIDTHS
 
 ALLOCATIONS = ("uniform", "importance")
 

@@ -14,20 +14,33 @@ buffer) with the split it was calibrated on (``dial_calibration``, which the exp
 reads), so that serving needs no data; the model interpolates between its rows."""
 
 from pathlib import Path
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
-from budget_plugin.models.budget_dial import DIAL_RATIOS, STATE_FORMAT, Dial, calibration_ratios
-from budget_plugin.tools.checkpoints import load_checkpoint, read, rewrite
-from budget_plugin.tools.errors import DataError
-from budget_plugin.tools.evaluation import layer_heads, split_batches
+from ..tools.checkpoints import load_checkpoint, read, rewrite
+from ..tools.errors import DataError
+from ..tools.evaluation import layer_heads, split_batches
+from .settings import Dial
+from .state_format import STATE_FORMAT
 
+# the mean head ratios calibrated besides the ends of the range --head-ratio accepts,
+# --min-heads / H and 1 (calibration_ratios); a ratio between two rows is interpolated.
+# A checkpoint keeps its own ratios beside their shifts: changing this leaves it valid
+DIAL_RATIOS = (0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.75, 0.9)
 SHIFT_BOUND = 40.0  # |shift| past which sigmoid's budget is at its ends for any router logit
 TOLERANCE = 0.005  # a ratio within this of its aim ends the search
 MISSED = 0.02  # what the dial promises: a row further than this from its aim is reported
 SHIFT_RESOLUTION = 0.01  # an end's point, found to this (a budget moves < (H - m) / 400 within it)
 RECORD = "dial_calibration"  # the checkpoint's key for the calibration's split and data folder
+
+
+def calibration_ratios(min_heads: int, num_heads: int, ratios: Sequence[float] = DIAL_RATIOS) -> List[float]:
+    """The ratios a dial is calibrated at: the whole range --head-ratio accepts, its ends
+    (--min-heads / H, 1) and ``ratios`` between them, so no accepted ratio is outside
+    the table."""
+    low = min_heads / num_heads
+    return [low, *sorted(r for r in set(ratios) if low < r < 1), 1.0]
 
 
 def mean_ratio(model, batches: Sequence[dict]) -> float:
