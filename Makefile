@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_PIP_ARGS ?=
 
-.PHONY: setup test test-fast demo clean
+.PHONY: setup test test-fast test-durations demo clean
 
 $(VENV)/.installed: setup.py
 	@# fairseq-fixed 0.12.3.1 is built and tested here on Python 3.11 only; on other
@@ -30,9 +30,15 @@ setup: $(VENV)/.installed
 
 # two workers (most tests run one single-threaded fairseq process at a time); a
 # file's tests stay together, so each module's fixtures are built once; the longest
-# files go first (tests/conftest.py), not the files of most tests (xdist's default)
+# files go first (the seconds tests/durations.json measured, tests/conftest.py), not
+# the files of most tests (xdist's default)
 test: setup
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests
+
+# the same run, which then writes each test file's seconds to tests/durations.json
+# (commit it after adding, splitting or much changing test files)
+test-durations: setup
+	BUDGET_TEST_DURATIONS=1 $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests
 
 # the math and wiring, without the end-to-end runs of fairseq's tools and the scripts
 test-fast: setup

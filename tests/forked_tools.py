@@ -166,7 +166,7 @@ def _zygote_console_script(fresh, name):
 
 @contextlib.contextmanager
 def fairseq_tools_forked(fairseq_cli):
-    """Within the block, ``fairseq_cli.console_script`` (which conftest.run and the
+    """Within the block, ``fairseq_cli.console_script`` (which helpers.run and the
     plugin's run() use) is the client of this test process's server (above)."""
     if os.environ.get("BUDGET_TESTS_FRESH_PROCESSES") == "1":
         yield

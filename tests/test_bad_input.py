@@ -1,7 +1,11 @@
-"""Bad input is refused in one line that names it, never with a traceback: text that is
-not UTF-8 for scripts/predict.py, TSVs and options for data preparation, and, through the
-real fairseq-validate, a data folder or split that cannot be scored; and a user's own
-labelled test.tsv, prepared with --labelled-test, is scored like dev.tsv."""
+"""Bad options and bad input are refused in one line that names them, never with a
+traceback: the model's and the criterion's options when they are built (and by
+fairseq-train before any checkpoint), text that is not UTF-8 for scripts/predict.py,
+TSVs, folders and options for data preparation, and, through the real fairseq-validate,
+a data folder or split that cannot be scored; and a user's own labelled test.tsv,
+prepared with --labelled-test, is scored like dev.tsv. (A feature's own refusals stay
+with it: the dial's in test_dial.py, --width's in test_width.py, the BERT conversion's
+in test_convert_bert.py, the ONNX export's in test_onnx.py.)"""
 
 import contextlib
 import io
@@ -16,25 +20,166 @@ import pytest
 import torch
 from fairseq.data import Dictionary, indexed_dataset
 from fairseq.tasks.sentence_prediction import SentencePredictionConfig
-from test_prepare_glue import prepare_glue, sentence, write_tsv
 
+from budget_plugin.cli import predict
+from budget_plugin.cli import prepare as prepare_glue
 from budget_plugin.data.glue_layout import LAYOUTS
 from budget_plugin.data.prepare import prepare_task
 from budget_plugin.data.tsv import read_task
 from budget_plugin.tasks.budget_sentence_prediction import BudgetSentencePredictionTask, DataSplitError
 from budget_plugin.tools.errors import DataError, run_cli
 from budget_plugin.tools.fairseq_cli import validation_metrics
-from conftest import PLUGIN_DIR, REPO, console_script, run, train_args
+from budget_serve import texts
+from helpers import (
+    BIN,
+    PLUGIN_DIR,
+    REPO,
+    build_model,
+    console_script,
+    make_criterion,
+    make_rte,
+    make_sst2,
+    run,
+    sentence,
+    train_args,
+    write_tsv,
+)
+
+# --------------------------------------------------------------------------------------
+# Options: refused by name when the model or the criterion is built
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make, kwargs, option",
+    [
+        (make_criterion, {"budget_weight": -1.0}, "--budget-weight"),
+        (make_criterion, {"exploration_weight": -0.1}, "--exploration-weight"),
+        (make_criterion, {"target_head_ratio": 1.5}, "--target-head-ratio"),
+        (make_criterion, {"target_head_ratio": -0.5}, "--target-head-ratio"),
+        (build_model, {"exploration_uniform": 1.5}, "--exploration-uniform"),
+        (build_model, {"exploration_updates": -1}, "--exploration-updates"),
+        (build_model, {"temperature_start": 0.0}, "--temperature-start"),
+        (build_model, {"temperature_end": -1.0}, "--temperature-end"),
+        (build_model, {"exploration_noise": -1.0}, "--exploration-noise"),
+        (build_model, {"exploration_schedule": "step"}, "--exploration-schedule"),
+        (build_model, {"min_heads": 0}, "--min-heads"),
+        (build_model, {"min_heads": 5}, "--min-heads"),
+        (build_model, {"encoder_embed_dim": 66}, "--encoder-embed-dim"),
+        (build_model, {"budget_pooling": "max"}, "--budget-pooling"),
+        (build_model, {"budget_mask_temperature": 0.0}, "--budget-mask-temperature"),
+        (build_model, {"initial_budget": 4.5}, "--initial-budget"),
+        (build_model, {"attention_path": "sparse"}, "--attention-path"),
+    ],
+)
+def test_bad_settings_fail_when_built_naming_the_option(make, kwargs, option):
+    with pytest.raises(ValueError, match=option):
+        make(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (dict(head_selection="static"), "--fixed-heads must be one number or 2"),
+        (dict(head_selection="random", fixed_heads="1,2,3"), "--fixed-heads must be one number or 2"),
+        (dict(head_selection="random", fixed_heads="0.5"), "each in [--min-heads, 4]"),
+        (dict(head_selection="static", fixed_heads="two"), "got 'two'"),
+        (dict(fixed_heads="2"), "--fixed-heads must be unset unless --head-selection"),
+        (dict(head_selection="pruning", fixed_heads="2"), "--head-selection must be one of"),
+        (dict(head_selection="pruned", fixed_heads="2.5"), "each in [--min-heads, 4] and whole"),
+        (dict(head_selection="pruned", fixed_heads="2", initial_budget=2.0), "--initial-budget does nothing"),
+    ],
+)
+def test_bad_baseline_settings_name_the_option(overrides, message):
+    with pytest.raises(ValueError) as error:
+        build_model(**overrides)
+    assert message in str(error.value)
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(head_selection="kept"), "--kept-heads must be 2 ';'-separated lists"),
+    (dict(head_selection="kept", kept_heads="0;4"), r"head indices in \[0, 4\)"),
+    (dict(head_selection="kept", kept_heads="0;1", fixed_heads="2"), "--fixed-heads must be unset"),
+    (dict(kept_heads="0;1"), "--kept-heads must be unset unless --head-selection is kept"),
+])
+def test_kept_heads_are_checked(options, message):
+    with pytest.raises(ValueError, match=message):
+        build_model(**options)
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(relevance_prior="0,1,2,3"), r"--relevance-prior must be 2 ';'-separated lists .* of 4 comma-separated"),
+    (dict(relevance_prior="0,1,2;0,1,2,3"), "of 4 comma-separated finite numbers"),
+    (dict(relevance_prior="0,1,2,nan;0,1,2,3"), "finite numbers"),
+    (dict(relevance_prior="0,1,2,3;0,1,2,3", head_selection="static", fixed_heads="2"),
+     "--relevance-prior must be unset unless --head-selection is learned"),
+])
+def test_relevance_prior_is_checked(options, message):
+    with pytest.raises(ValueError, match=message):
+        build_model(**options)
+
+
+@pytest.mark.parametrize("overrides, option", [
+    (dict(exploration_noise=0.5), "--exploration-noise"),
+    (dict(exploration_uniform=0.2), "--exploration-uniform"),
+    (dict(exploration_schedule="cosine"), "--exploration-schedule"),
+    (dict(temperature_start=3.0), "--temperature-start"),
+    (dict(head_selection="static", fixed_heads="2", initial_budget=2.0), "--initial-budget"),
+    (dict(head_selection="random", fixed_heads="2", budget_pooling="first"), "--budget-pooling"),
+    (dict(head_selection="kept", kept_heads="0;1", exploration_updates=10, temperature_end=2.0),
+     "--temperature-end"),
+])
+def test_options_that_do_nothing_in_a_mode_are_refused_by_name(overrides, option):
+    with pytest.raises(ValueError, match=f"{option} does nothing with --head-selection"):
+        build_model(**overrides)
+
+
+def test_exploration_options_are_accepted_with_a_schedule():
+    build_model(exploration_updates=10, exploration_noise=0.5, temperature_start=3.0)
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(fixed_heads="2"), "--fixed-heads must be unset unless --head-selection is static or random"),
+    (dict(kept_heads="0;1"), "--kept-heads must be unset unless --head-selection is kept"),
+    (dict(relevance_prior="0,1,2,3;0,1,2,3"), "--relevance-prior must be unset unless --head-selection is learned"),
+    (dict(exploration_updates=10), "--exploration-updates does nothing with --head-selection nested"),
+    (dict(exploration_updates=10, exploration_noise=0.5), "--exploration-noise does nothing"),
+    (dict(temperature_end=2.0), "--temperature-end does nothing with --head-selection nested"),
+    (dict(temperature_start=3.0), "--temperature-start does nothing"),
+])
+def test_options_that_do_nothing_for_nested_are_refused(options, message):
+    with pytest.raises(ValueError, match=message):
+        build_model(head_selection="nested", **options)
+
+
+@pytest.mark.slow
+def test_bad_setting_fails_in_fairseq_train_before_any_checkpoint(tmp_path):
+    data = tmp_path / "data"  # fairseq builds the model before it reads any data
+    (data / "input0").mkdir(parents=True)
+    (data / "label").mkdir()
+    (data / "input0" / "dict.txt").write_text("".join(f"w{i} 1\n" for i in range(30)))
+    (data / "label" / "dict.txt").write_text("pos 1\nneg 1\n")
+    save = tmp_path / "ckpt"
+    cmd = train_args(data, save, "--min-heads", 9)
+    proc = subprocess.run([str(BIN / cmd[0]), *map(str, cmd[1:])], capture_output=True, text=True, timeout=300)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output[-3000:]
+    # one line, no traceback (config.OptionError)
+    assert "\nerror: --min-heads must be in [1, 4] (--encoder-attention-heads), got 9\n" in output, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    assert "| train_inner |" not in output and "num_updates" not in output
+    assert not list(tmp_path.rglob("*.pt"))
+
+
+# --------------------------------------------------------------------------------------
+# The user's texts and data: what the sections below share
+# --------------------------------------------------------------------------------------
 
 SST2_HEADER = ["sentence", "label"]
 
 
 def quiet(message: str) -> None:
     pass
-
-
-from budget_plugin.cli import predict  # noqa: E402
-from budget_serve import texts  # noqa: E402
 
 
 def last_error(capsys) -> str:
@@ -175,6 +320,63 @@ def test_the_system_refusing_a_file_is_one_line(tmp_path, capsys):
 
     assert run_cli(write_into_a_file) == 1
     assert last_error(capsys) == f"error: [Errno 20] Not a directory: '{tmp_path / 'file' / 'x'}'"
+
+
+def corrupt(path: Path, line: int, new: bytes) -> None:
+    """Replace 1-based `line` of a file with raw bytes."""
+    lines = path.read_bytes().split(b"\n")
+    lines[line - 1] = new
+    path.write_bytes(b"\n".join(lines))
+
+
+BAD_INPUTS = [
+    # (task, file, line, replacement or None to delete the file, expected message part)
+    ("SST-2", "train.tsv", 4, b"a good film\t1\textra", "expected 2 tab-separated columns, found 3"),
+    ("SST-2", "dev.tsv", 3, b"\t1", "empty text in column 1"),
+    ("SST-2", "dev.tsv", 2, b"a fine film .\t7", "label '7' never occurs in train.tsv"),
+    ("SST-2", "train.tsv", 5, b"caf\xe9 noir .\t1", "invalid UTF-8 byte 0xe9"),
+    ("SST-2", "test.tsv", 3, b"2\t   ", "empty text in column 2"),
+    ("SST-2", "train.tsv", 1, b"sentence\tlabel\tmore", "header has 3 columns, expected 2"),
+    ("SST-2", "test.tsv", None, None, "missing input file"),
+    ("RTE", "dev.tsv", 2, b"0\tA premise .\t\tentailment", "empty text in column 3"),
+    ("RTE", "train.tsv", 6, b"", "expected 4 tab-separated columns, found 0"),
+]
+
+
+@pytest.mark.parametrize("task,name,line,replacement,message", BAD_INPUTS)
+def test_bad_tsv_input_is_reported_with_file_and_line(tmp_path, capsys, task, name, line, replacement, message):
+    glue, out = tmp_path / "glue", tmp_path / "out"
+    (make_sst2 if task == "SST-2" else make_rte)(glue, random.Random(1))
+    path = glue / task / name
+    if replacement is None:
+        path.unlink()
+    else:
+        corrupt(path, line, replacement)
+
+    rc = prepare_glue.main(["--glue-dir", str(glue), "--out-dir", str(out), "--tasks", task])
+
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert err[-1].startswith("error: ") and message in err[-1]
+    assert (f"{path}:{line}:" if line else str(path)) in err[-1]
+    assert not any("Traceback" in e for e in err)
+    assert not out.exists() or not any(out.iterdir())  # nothing written, not even a temp folder
+
+
+@pytest.mark.slow
+def test_prepare_glue_script_exits_2_with_one_line(tmp_path):
+    glue = tmp_path / "glue"
+    make_sst2(glue, random.Random(2))
+    corrupt(glue / "SST-2" / "dev.tsv", 4, b"no label here")
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "prepare_glue.py"), "--glue-dir", str(glue),
+         "--out-dir", str(tmp_path / "out")],
+        capture_output=True, text=True,
+    )
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if not line.startswith("[prepare]")]
+    assert errors == [f"error: {glue / 'SST-2' / 'dev.tsv'}:4: expected 2 tab-separated columns, found 1"
+                      " (use --skip-bad-rows to skip such rows)"]
 
 
 # --------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 import torch
 
-from conftest import BIN, PLUGIN_DIR, train_args
+from helpers import BIN, PLUGIN_DIR, train_args
 
 TASK = ["--task", "budget_sentence_prediction", "--criterion", "budget_sentence_prediction"]
 ROUTER_KEY = "encoder.sentence_encoder.layers.1.self_attn.router.budget_proj.weight"

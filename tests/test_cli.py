@@ -8,22 +8,11 @@ import sys
 import pytest
 import torch
 
-from conftest import PLUGIN_DIR, REPO, make_classification_data, parse_metrics, run, train_args
+from helpers import REPO, assert_close, make_classification_data, parse_metrics, run, train_args, validate
 
 N_VALID = 100  # not a multiple of 8 or of the batch size, on purpose
 
 pytestmark = pytest.mark.slow  # every test here runs the fairseq tools
-
-
-def validate(data, checkpoint, *extra, cpu=True):
-    output = run([
-        "fairseq-validate", data, "--user-dir", PLUGIN_DIR, "--path", checkpoint,
-        "--task", "budget_sentence_prediction", "--criterion", "budget_sentence_prediction",
-        "--batch-size", 16, *(["--cpu"] if cpu else []), "--num-workers", 0, *extra,
-    ])
-    lines = [l for l in output.splitlines() if "valid on 'valid' subset" in l]
-    assert lines, output[-3000:]
-    return parse_metrics(lines[-1])
 
 
 def train_inner(output):
@@ -119,7 +108,8 @@ def test_importance_pruning_keeps_the_most_important_heads(single, trained, tmp_
                   "--data", single, "--heads-per-layer", "2,3", "--out", out])
     report = json.loads(out.read_text())
     importance = torch.tensor(report["importance"])
-    assert importance.shape == (2, 4) and torch.allclose(importance.norm(dim=1), torch.ones(2))
+    assert importance.shape == (2, 4)
+    assert_close(importance.norm(dim=1), torch.ones(2))
     kept = [sorted(row.argsort(descending=True)[:k].tolist()) for row, k in zip(importance, (2, 3))]
     assert report["kept_heads"] == ";".join(",".join(map(str, heads)) for heads in kept)
     assert f"--kept-heads '{report['kept_heads']}'" in output

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 import torch
 
-from conftest import console_script, make_classification_data, train_args
+from helpers import console_script, make_classification_data, train_args
 
 
 def train(data, save_dir, threads, *extra):

@@ -12,36 +12,51 @@ what it would infer, with fairseq's standard options only (no plugin code):
 and two processes that each take half of every batch must reach the parameters of one
 process that takes the whole batch (``--update-freq 2``: the same two half-batches,
 summed). Exact comparison needs dropout and exploration noise off (each process draws
-its own)."""
+its own).
+
+The sandwich (``--sandwich-widths N``: the full width, N-1 narrower ones and the
+router's pass, each a forward pass of the same model, each backpropagated as soon as it
+is computed by the task's train_step) under data parallelism:
+
+- torch's DDP reducer, the one fairseq's ``--ddp-backend c10d`` wraps the model in
+  (stock fairseq cannot build it on CPU: it passes GPU device ids): every pass but the
+  last (the router's) accumulates locally under ``no_sync``, the last reduces them; every
+  budgeted parameter takes part (no ``find_unused_parameters``) and the averaged
+  gradient is exactly the mean of what each process computes alone with one summed loss;
+- fairseq-train itself with two processes (``--ddp-backend legacy_ddp``, the CPU one)."""
 
 import json
-import os
 import re
-import subprocess
 import time
 
 import pytest
 import torch
 
-from conftest import BIN, REPO, console_script, make_classification_data, parse_metrics, run, train_args
+from helpers import (
+    BIN,
+    CPU_DDP,
+    PER_RANK,
+    REPO,
+    RTOL,
+    build_model,
+    console_script,
+    make_classification_data,
+    make_criterion,
+    parse_metrics,
+    random_tokens,
+    run,
+    torchrun,
+    train_args,
+)
 
+# on the parameters after Adam's updates: absolute, as Adam moves each parameter by about
+# the learning rate (1e-3) whatever its size; measured 0.0 (each process computes its
+# half-batch's gradient as the single process does, and adding two gradients is exact
+# in either order)
 TOLERANCE = 1e-5
 SAME_UPDATES = ("--max-update", 4, "--save-interval-updates", 2, "--batch-size", 8,
                 "--dropout", 0, "--attention-dropout", 0, "--exploration-updates", 0, "--log-interval", 1)
-CPU_DDP = ("--cpu", "--distributed-backend", "gloo", "--distributed-world-size", 2,
-           "--distributed-init-method", "env://", "--distributed-no-spawn", "--ddp-backend", "legacy_ddp")
-PER_RANK = 'exec "$0" "$@" --distributed-rank "$RANK"'  # torchrun sets RANK for each process
-# (fairseq-train as the tests run it: conftest.console_script, forked with torchrun's environment)
-
-
-def torchrun(nproc, argv, timeout=300):
-    env = dict(os.environ, PYTHONHASHSEED="0", OMP_NUM_THREADS="1",
-               PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    proc = subprocess.run([str(BIN / "torchrun"), "--standalone", "--nproc_per_node", str(nproc), *map(str, argv)],
-                          env=env, capture_output=True, text=True, timeout=timeout)
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output[-4000:]
-    return output
+# (torchrun runs fairseq-train as the tests run it: helpers.console_script, forked with torchrun's environment)
 
 
 def load_model(path):
@@ -137,7 +152,7 @@ sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tests"]
 from types import SimpleNamespace
 import torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
-from conftest import build_model, random_tokens
+from helpers import build_model, random_tokens
 from budget_plugin.criterions.budget_sentence_prediction import (
     BudgetSentencePredictionConfig, BudgetSentencePredictionCriterion)
 from fairseq.data import Dictionary
@@ -220,19 +235,8 @@ def test_ddp_reducer_sees_every_budgeted_parameter_used(tmp_path):
 def test_only_the_lm_head_is_unused_when_heads_differ_per_example():
     """What DDP's unused-parameter check looks at, in one process: after one backward
     through the criterion, which parameters have no gradient."""
-    from types import SimpleNamespace
-
-    from fairseq.data import Dictionary
-
-    from budget_plugin.criterions.budget_sentence_prediction import (
-        BudgetSentencePredictionConfig,
-        BudgetSentencePredictionCriterion,
-    )
-    from conftest import build_model, random_tokens
-
     model = build_model(num_classes=2, initial_budget=1.8, exploration_updates=10).train()
-    criterion = BudgetSentencePredictionCriterion(
-        BudgetSentencePredictionConfig(), SimpleNamespace(label_dictionary=Dictionary()))
+    criterion = make_criterion()
     tokens = random_tokens()
     sample = {"net_input": {"src_tokens": tokens, "src_lengths": tokens.ne(1).sum(1)},
               "target": torch.tensor([0, 1, 0, 1, 1, 0]), "ntokens": int(tokens.ne(1).sum())}
@@ -252,6 +256,90 @@ def test_only_the_lm_head_is_unused_when_heads_differ_per_example():
             assert p.grad is not None and torch.isfinite(p.grad).all(), name
         assert attention.router.relevance_proj.weight.grad.abs().sum() > 0
         assert attention.router.budget_proj.weight.grad.abs().sum() > 0
+
+
+# ---------------------------------------------------------- the sandwich under data parallelism
+
+SANDWICH_WORKER = DDP_PREAMBLE + r"""
+from budget_plugin.tasks.budget_sentence_prediction import BudgetSentencePredictionTask
+criterion = BudgetSentencePredictionCriterion(
+    BudgetSentencePredictionConfig(sandwich_widths=3, distill_weight=0.5, target_head_ratio=0.5),
+    SimpleNamespace(label_dictionary=Dictionary()))
+torch.manual_seed(0)  # the same initial model everywhere
+model = build_model(num_classes=2, head_selection="nested", min_heads=1, dropout=0.0, attention_dropout=0.0).train()
+for name, p in model.named_parameters():
+    p.requires_grad_(not name.startswith("encoder.lm_head."))  # fairseq's LM head is unused here
+alone = copy.deepcopy(model)
+
+
+class Optimizer:  # what train_step uses of fairseq's optimizer
+    def backward(self, loss):
+        loss.backward()
+
+
+wrapped = ModuleProxyWrapper(DistributedDataParallel(model, find_unused_parameters=False))
+steps = []
+try:
+    for step in range(2):
+        torch.manual_seed(100 + 10 * step + rank)  # each process: its own examples
+        tokens = random_tokens()
+        sample = {"net_input": {"src_tokens": tokens, "src_lengths": tokens.ne(1).sum(1)},
+                  "target": torch.randint(0, 2, (6,)), "ntokens": int(tokens.ne(1).sum())}
+        model.zero_grad()
+        alone.zero_grad()
+        torch.manual_seed(7 + step)  # the sandwich's widths: the same in every process, as fairseq seeds them
+        BudgetSentencePredictionTask.train_step(None, sample, wrapped, criterion, Optimizer(), step)
+        torch.manual_seed(7 + step)
+        criterion(alone, sample)[0].backward()
+        own = torch.cat([p.grad.flatten() for p in alone.parameters() if p.grad is not None])
+        mean = own.clone()
+        dist.all_reduce(mean)
+        mean /= dist.get_world_size()
+        averaged = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        steps.append({"diff": (averaged - mean).abs().max().item(), "own_vs_mean": (own - mean).abs().max().item(),
+                      "scale": max(averaged.abs().max().item(), mean.abs().max().item()),
+                      "grads": len([p for p in model.parameters() if p.grad is not None])})
+    result = {"steps": steps}
+except RuntimeError as error:
+    result = {"error": str(error)[:800]}
+with open(f"{sys.argv[2]}/result{rank}.json", "w") as f:
+    json.dump(result, f)
+"""
+
+
+@pytest.mark.slow
+def test_the_ddp_reducer_averages_the_sandwichs_gradients_exactly(tmp_path):
+    script = tmp_path / "worker.py"
+    script.write_text(SANDWICH_WORKER)
+    output = torchrun(2, [script, REPO, tmp_path])
+    results = [json.loads((tmp_path / f"result{rank}.json").read_text()) for rank in (0, 1)]
+    trainable = sum(1 for name, _ in build_model(num_classes=2, head_selection="nested", min_heads=1).named_parameters()
+                    if not name.startswith("encoder.lm_head."))
+    for result in results:
+        assert "error" not in result, result.get("error", "") + output[-2000:]
+        for step in result["steps"]:
+            # the reducer's mean is the mean of each process's own (summed) gradient, up to
+            # float32's rounding of sums taken in another order (the passes' gradients
+            # accumulated one by one, then averaged over the processes)
+            assert step["diff"] <= RTOL * step["scale"], step
+            assert step["own_vs_mean"] > 1e-3  # and the processes' gradients differed
+            assert step["grads"] == trainable  # every trainable parameter got a gradient
+
+
+@pytest.mark.slow
+def test_fairseq_train_runs_the_sandwich_in_two_processes(tmp_path):
+    data = make_classification_data(tmp_path / "data", n_train=64, n_valid=16)
+    args = train_args(data, tmp_path / "save", "--head-selection", "nested", "--min-heads", 1,
+                      "--sandwich-widths", 3, "--max-update", 4, "--batch-size", 8, "--log-interval", 1)
+    i = args.index("--exploration-updates")  # nothing to explore in a nested model
+    del args[i:i + 2]
+    args = [a for a in args if a != "--cpu"]  # CPU_DDP has it
+    output = torchrun(2, ["--no-python", "sh", "-c", PER_RANK, BIN / "fairseq-train", *args[1:], *CPU_DDP])
+    assert "done training" in output
+    inner = [line for line in output.splitlines() if "| train_inner |" in line]
+    assert len(inner) == 4 and all("loss=nan" not in line for line in inner), output[-3000:]
+    assert "distributed init (rank 0)" in output and "distributed init (rank 1)" in output
+    assert (tmp_path / "save" / "checkpoint_best.pt").is_file()
 
 
 # ---------------------------------------------------------- why stock fails on CPU

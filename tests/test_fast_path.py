@@ -6,10 +6,9 @@ import contextlib
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from budget_plugin.modules import head_subset
-from conftest import routed_attention
+from helpers import WeightCopies, assert_close, cuda_layout, routed_attention
 
 T, C, H = 12, 48, 6
 
@@ -49,7 +48,7 @@ def test_fast_path_equals_reference(gather, heads, batch, monkeypatch):
         fast = attention.attend_selected_heads(x, padding, selected)
         expected = reference(attention, x, padding, selected)
     assert fast.shape == x.shape
-    assert (fast - expected).abs().max().item() <= 1e-5
+    assert_close(fast, expected)
     if heads is None and batch == 16:
         assert len(set(selected.sum(1).tolist())) > 1, "the learned budget varies per example"
 
@@ -65,22 +64,14 @@ def test_with_autograd_recording_eval_mode_takes_the_gated_path():
         out, stats = attention(x, key_padding_mask=padding)
         with torch.no_grad():
             fast, _ = attention(x, key_padding_mask=padding)
-    assert (out - fast).abs().max().item() <= 1e-5
+    assert_close(out, fast)
     out.square().sum().backward()
     q_grad = attention.q_proj.weight.grad.clone()
     assert x.grad is not None and x.grad.abs().sum() > 0
     attention.zero_grad()  # the heads' own gradients (the router's reach x, not q_proj)
     reference(attention, x.detach(), padding, stats["selected"]).square().sum().backward()
-    assert torch.allclose(attention.q_proj.weight.grad, q_grad, atol=1e-5) and q_grad.abs().sum() > 0
-
-
-def cuda_layout(sdpa):
-    """scaled_dot_product_attention as CUDA's flash kernel returns it: B x H x T x d
-    values laid out B x T x H x d in memory (not contiguous)."""
-    def wrapped(*args, **kwargs):
-        out = sdpa(*args, **kwargs)
-        return out.transpose(1, 2).contiguous().transpose(1, 2)
-    return wrapped
+    assert_close(attention.q_proj.weight.grad, q_grad)
+    assert q_grad.abs().sum() > 0
 
 
 @pytest.mark.parametrize("heads", [None, 2])
@@ -98,7 +89,7 @@ def test_fast_path_takes_any_layout_of_the_attention_output(heads, batch, monkey
         selected = attention.router(x, padding).selected
         fast = attention.attend_selected_heads(x, padding, selected)
         expected = reference(attention, x, padding, selected)
-    assert (fast - expected).abs().max().item() <= 1e-5
+    assert_close(fast, expected)
 
 
 def test_sorted_examples_give_nested_head_sets_one_range_per_head():
@@ -134,30 +125,7 @@ def test_head_sets_split_into_runs_of_consecutive_heads(heads):
     with torch.no_grad():
         out = attention.attend_selected_heads(x, padding, selected)
         expected = reference(attention, x, padding, selected)
-    assert (out - expected).abs().max().item() <= 1e-5
-
-
-class WeightCopies(TorchDispatchMode):
-    """Records the aten ops that read a projection weight's storage and write a new
-    tensor that is not a view of it (a copy, a gather, a concatenation)."""
-
-    VIEWS = {"t", "transpose", "slice", "view", "permute", "select", "expand", "as_strided", "detach", "alias"}
-    PRODUCTS = {"mm", "addmm", "bmm", "baddbmm", "linear"}  # read the weights, copy nothing
-
-    def __init__(self, weights):
-        super().__init__()
-        self.storages = {w.untyped_storage().data_ptr() for w in weights}
-        self.copies = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func.overloadpacket.__name__
-        reads = [a for a in args if isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() in self.storages]
-        if reads and name not in self.VIEWS | self.PRODUCTS:
-            self.copies.append(name)
-        out = func(*args, **(kwargs or {}))
-        if name in self.VIEWS and isinstance(out, torch.Tensor) and reads:
-            self.storages.add(out.untyped_storage().data_ptr())
-        return out
+    assert_close(out, expected)
 
 
 @pytest.mark.parametrize("batch", [1, 7])
@@ -175,7 +143,7 @@ def test_one_head_set_runs_on_views_of_the_cached_weights(batch):
         with WeightCopies([cached.qkv, cached.out]) as one_set:
             fast = attention.attend_selected_heads(x, padding, selected)
         assert one_set.copies == []
-        assert (fast - reference(attention, x, padding, selected)).abs().max().item() <= 1e-5
+        assert_close(fast, reference(attention, x, padding, selected))
         with WeightCopies([cached.qkv, cached.out]) as gathered:
             cached.qkv.index_select(0, torch.tensor([0, 2]))
         assert gathered.copies == ["index_select"]
@@ -197,7 +165,7 @@ def test_fast_path_sees_weights_an_optimizer_updated_through_data():
         attention.eval()
         fast = attention.attend_selected_heads(x, padding, selected)
         expected = reference(attention, x, padding, selected)
-    torch.testing.assert_close(fast, expected, rtol=1e-5, atol=1e-5)  # outputs of ~20 after the update
+    assert_close(fast, expected)  # outputs of ~20 after the update
 
 
 def test_the_cache_follows_in_place_edits_of_the_weights():
@@ -211,4 +179,4 @@ def test_the_cache_follows_in_place_edits_of_the_weights():
         after = attention.attend_selected_heads(x, padding, selected)
         expected = reference(attention, x, padding, selected)
     assert not torch.equal(before, after)
-    assert (after - expected).abs().max().item() <= 1e-5
+    assert_close(after, expected)

@@ -9,13 +9,12 @@ import torch
 from fairseq.criterions.sentence_prediction import SentencePredictionConfig, SentencePredictionCriterion
 from fairseq.data import Dictionary
 from fairseq.logging import metrics
-from test_cli import validate
 
 from budget_plugin.criterions.budget_sentence_prediction import (
     BudgetSentencePredictionConfig,
     BudgetSentencePredictionCriterion,
 )
-from conftest import build_model, make_classification_data, random_tokens, run, train_args
+from helpers import build_model, make_classification_data, random_tokens, run, train_args, validate
 
 REPORTS = {  # GLUE's option: the metrics it logs
     "report_mcc": ("mcc",),

@@ -1,7 +1,6 @@
-"""What users touch after training: the hub interface, and warm starts from RoBERTa."""
+"""What users touch after training: the hub interface and scripts/predict.py, and warm
+starts from RoBERTa (the pictures of a checkpoint's heads: studies/test_plot_heads.py)."""
 
-import json
-import random
 import subprocess
 import sys
 
@@ -11,40 +10,21 @@ from fairseq import checkpoint_utils
 from fairseq.data.data_utils import collate_tokens
 
 from budget_plugin import BudgetFormerModel
-from budget_plugin.data import prepare
-from conftest import REPO, make_classification_data, run, train_args
+from helpers import REPO, assert_close, make_classification_data, run, sst_like_task, train_args
 
 TINY_ROBERTA = ["--arch", "roberta", "--encoder-layers", 2, "--encoder-embed-dim", 64,
                 "--encoder-ffn-embed-dim", 128, "--encoder-attention-heads", 4]
-WORDS = "good bad great awful fine dull fun boring superb weak film plot actors story".split()
 
 pytestmark = pytest.mark.slow  # every test here runs the fairseq tools
 
 
 @pytest.fixture(scope="module")
-def sst_like(tmp_path_factory):
-    """A tiny SST-2-layout task prepared by the real prepare_glue (sentencepiece model included)."""
-    root = tmp_path_factory.mktemp("sst")
-    rng = random.Random(0)
-    raw = root / "SST-2"
-    raw.mkdir()
-    for split, n in (("train", 200), ("dev", 40)):
-        rows = ["sentence\tlabel"]
-        for _ in range(n):
-            words = [rng.choice(WORDS) for _ in range(rng.randint(3, 9))]
-            score = sum(w in ("good", "great", "fine", "fun", "superb") for w in words)
-            rows.append(f"{' '.join(words)}\t{int(score * 2 >= len(words) / 2)}")
-        (raw / f"{split}.tsv").write_text("\n".join(rows) + "\n")
-    (raw / "test.tsv").write_text("index\tsentence\n0\tgood film\n")
-    prepare.prepare_task(raw, root, vocab_size=60, log=lambda m: None)
-    return root / "SST-2-bin"
-
-
-@pytest.fixture(scope="module")
-def trained_sst(sst_like, tmp_path_factory):
+def trained_sst(tmp_path_factory):
+    """A tiny SST-2-layout task prepared by the real preparation, and a model trained on it."""
+    data = sst_like_task(tmp_path_factory.mktemp("sst"))
     save = tmp_path_factory.mktemp("sst-ckpt")
-    run(train_args(sst_like, save, epochs=2))
-    return sst_like, save
+    run(train_args(data, save, epochs=2))
+    return data, save
 
 
 def test_from_pretrained_encode_predict_head_usage(trained_sst):
@@ -54,7 +34,8 @@ def test_from_pretrained_encode_predict_head_usage(trained_sst):
     assert tokens[0] == 0 and tokens[-1] == 2  # <s> ... </s>
     assert hub.decode(tokens) == "a good film"
     probs = hub.predict("sentence_classification_head", tokens).exp()
-    assert probs.shape == (1, 2) and abs(probs.sum().item() - 1) < 1e-5
+    assert probs.shape == (1, 2)
+    assert_close(probs.sum(), 1.0)
     features = hub.extract_features(tokens)
     assert features.shape == (1, len(tokens), 64)
     usage = hub.head_usage(tokens)
@@ -66,8 +47,7 @@ def test_from_pretrained_encode_predict_head_usage(trained_sst):
     assert len(batch) == 3
     for alone, together in zip(map(hub.head_usage, inputs), batch):
         assert [layer["heads"] for layer in alone] == [layer["heads"] for layer in together]
-        assert [layer["budget"] for layer in alone] == pytest.approx([layer["budget"] for layer in together],
-                                                                     abs=1e-5)
+        assert_close([layer["budget"] for layer in alone], [layer["budget"] for layer in together])
     pair = hub.encode("good", "bad plot")
     assert (pair == 2).sum() == 3  # <s> a </s> </s> b </s>, as the task builds pairs
     # the budget dial for one call: fixed counts per layer, then the router's own budgets again
@@ -95,31 +75,6 @@ def test_predict_script(trained_sst, tmp_path):
     texts.write_text("fine\n\nbad\n")
     with pytest.raises(AssertionError, match="texts.txt:2"):
         run([sys.executable, REPO / "scripts" / "predict.py", "--checkpoint-dir", save, "--data", data, "--input", texts])
-
-
-def test_plot_heads_writes_pictures(trained_sst, tmp_path):
-    pytest.importorskip("matplotlib")
-    data, save = trained_sst
-    out = tmp_path / "heads"
-    run([sys.executable, REPO / "examples" / "budgetformer" / "plot_heads.py", "--checkpoint-dir", save, "--data", data,
-         "--split", "valid", "--out-dir", out, "--tensorboard-logdir", tmp_path / "tb"])
-    for name in ("heads_overall.png", "heads_by_class.png", "budgets.png"):
-        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
-    summary = json.loads((out / "heads.json").read_text())
-    assert summary["examples"] == 40  # every dev example
-    assert len(summary["selection_frequency"]) == 2 and len(summary["selection_frequency"][0]) == 4
-    assert set(summary["selection_frequency_by_class"]) == {"0", "1"}
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    events = EventAccumulator(str(tmp_path / "tb" / "valid"))
-    events.Reload()
-    assert events.Tags()["histograms"] == ["budget_heads/layer0", "budget_heads/layer1"]
-    histogram = events.Histograms("budget_heads/layer0")[-1].histogram_value
-    # every dev input's heads in layer 0, as heads.json counts them
-    assert histogram.num == 40 and histogram.sum / 40 == pytest.approx(summary["mean_heads_per_layer"][0])
-    bad = subprocess.run([sys.executable, REPO / "examples" / "budgetformer" / "plot_heads.py", "--checkpoint-dir", tmp_path, "--data",
-                          data, "--out-dir", out], capture_output=True, text=True)
-    assert bad.returncode == 2 and bad.stderr == f"error: --checkpoint-dir {tmp_path}: no checkpoint_best.pt in it\n"
 
 
 @pytest.fixture(scope="module")
@@ -159,8 +114,8 @@ def test_converted_roberta_equals_roberta_at_full_budget(roberta_checkpoint, tmp
     stock, want, want_logits = features(roberta, data, tokens)
     budget, got, got_logits = features(converted, data, tokens)
     assert type(stock).__name__ == "RobertaModel" and type(budget).__name__ == "BudgetFormerModel"
-    assert (got - want).abs().max().item() <= 1e-5
-    assert (got_logits - want_logits).abs().max().item() <= 1e-5
+    assert_close(got, want)
+    assert_close(got_logits, want_logits)
 
 
 @pytest.mark.parametrize("selection,new", [

@@ -4,12 +4,10 @@ sizes swapped in on the command line) and their checkpoints load in fairseq-vali
 import re
 
 import pytest
-from test_cli import validate
 
-from conftest import REPO, make_classification_data, run
+from helpers import REPO, make_classification_data, run, validate
 
 CONFIG_DIR = REPO / "examples" / "budgetformer" / "config"
-
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from budget_plugin.tools.tiny_bert import SPECIAL_TOKENS, TINY, write_bert
-from conftest import REPO
+from helpers import REPO
 
 pytestmark = pytest.mark.slow  # a venv, a wheel built and installed, the recipe's steps
 

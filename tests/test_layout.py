@@ -1,15 +1,12 @@
 """The layout's promises: the product (budget_plugin, every module of it) never imports
 the studies; the serving package (budget_serve, every module of it) imports neither
-torch nor fairseq; and the studies' commands under examples/budgetformer/ find the
-repository they write their results and caches in."""
+torch nor fairseq (that the studies' commands find the repository:
+studies/test_study_tools.py)."""
 
-import importlib.util
 import subprocess
 import sys
 
-import pytest
-
-from conftest import REPO
+from helpers import REPO
 
 PRODUCT_NEVER_IMPORTS_RESEARCH = """
 import importlib, pkgutil, sys
@@ -41,12 +38,3 @@ def test_the_serving_package_imports_neither_torch_nor_fairseq():
     found = subprocess.run([sys.executable, "-c", SERVING_NEEDS_NEITHER_TORCH_NOR_FAIRSEQ], cwd=REPO / "tests",
                            capture_output=True, text=True)
     assert found.returncode == 0 and found.stdout.strip() == "[]", found.stdout + found.stderr
-
-
-@pytest.mark.parametrize("script", ["demo", "reproduce", "latency_study", "benchmark", "width_study", "nested_memory",
-                                    "serving_study", "importance_study"])
-def test_the_studies_commands_find_the_repository(script):
-    spec = importlib.util.spec_from_file_location(f"layout_{script}", REPO / "examples" / "budgetformer" / f"{script}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert module.REPO == REPO and (module.REPO / "setup.py").is_file()

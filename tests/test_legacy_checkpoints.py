@@ -4,18 +4,19 @@ tests/fixtures/legacy/ holds three tiny BudgetFormers (learned budget trained wi
 exploration, static and random baselines) trained by the code of commit 2f6b17b, and
 what that code computed on them (make.py wrote them). Their router parameters sit on
 the attention module (``self_attn.budget_proj.weight``) and their exploration options
-in the task's config: both must be upgraded on load."""
+in the task's config: both must be upgraded on load. A command line saved before an
+option existed keeps computing what it computed."""
 
+import argparse
 import json
-from pathlib import Path
 
 import pytest
 import torch
 from fairseq import checkpoint_utils
 
-from conftest import PLUGIN_DIR, parse_metrics, run
+from budget_plugin.config import BudgetConfig
+from helpers import LEGACY, PLUGIN_DIR, assert_close, parse_metrics, run
 
-LEGACY = Path(__file__).resolve().parent / "fixtures" / "legacy"
 SYSTEMS = ("learned", "static", "random")
 
 
@@ -37,7 +38,7 @@ def test_legacy_checkpoint_computes_what_it_computed(system, expected):
                               classification_head_name="sentence_classification_head")
     # the same function; the fast path groups its products differently since issue 18,
     # so the last bits of the floats may differ
-    torch.testing.assert_close(logits, expected[f"{system}.logits"], rtol=1e-5, atol=1e-6)
+    assert_close(logits, expected[f"{system}.logits"])
     for i, layer in enumerate(extra["budget"]):
         assert torch.equal(layer["selected"], expected[f"{system}.selected.{i}"])
 
@@ -55,3 +56,9 @@ def test_legacy_checkpoint_validates_the_same(system):
     added = {"model_flops_ratio", "neurons"}
     assert {k: v for k, v in found.items() if k not in added} == before
     assert found["neurons"] == 128 and before["flops_ratio"] < found["model_flops_ratio"] < 1
+
+
+def test_a_saved_command_line_without_router_scale_keeps_the_scale_it_was_trained_with():
+    saved = argparse.Namespace(min_heads=1)  # a checkpoint's options from before --router-scale
+    assert BudgetConfig.fill_args(saved).router_scale == 1.0 and saved.router_scale == 1.0
+    assert BudgetConfig.fill_args(argparse.Namespace(router_scale=10.0)).router_scale == 10.0

@@ -1,5 +1,5 @@
 """Tests for scripts/prepare_glue.py (and budget_plugin.tools' data preparation behind
-it) on tiny GLUE-layout folders (offline).
+it) on tiny GLUE-layout folders (offline); the bad input it refuses: test_bad_input.py.
 
 The module fixture prepares SST-2, RTE, STS-B and MNLI once with the real fairseq-preprocess
 (the slow part: its tests are marked slow); the other tests fail before any binarizing
@@ -8,10 +8,8 @@ starts, or binarize with a stand-in.
 
 import contextlib
 import importlib
-import importlib.util
 import io
 import random
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -26,66 +24,16 @@ from budget_plugin.data.tsv import read_task
 from budget_plugin.data.vocabulary import SPM_MODEL_NAME, load_sentencepiece
 from budget_plugin.tools import fairseq_cli
 from budget_plugin.tools.errors import DataError, PreprocessError
-from conftest import REPO
+from helpers import assert_close, make_rte, make_sst2, sentence, write_tsv
 
-SCRIPT = REPO / "scripts" / "prepare_glue.py"  # a thin wrapper of budget_plugin.cli.prepare (budget-prepare)
-prepare_glue = importlib.import_module("budget_plugin.cli.prepare")
+prepare_glue = importlib.import_module("budget_plugin.cli.prepare")  # budget-prepare (scripts/prepare_glue.py)
 
 MAX_POSITIONS = 16  # small, so that some fixture examples are "too long"
-WORDS = (
-    "the a film movie plot actor story good bad great dull funny slow "
-    "is was not very quite never always moving charming tedious"
-).split()
 
 
 # --------------------------------------------------------------------------------------
 # Fixture builders
 # --------------------------------------------------------------------------------------
-
-
-def sentence(rng: random.Random, lo: int = 2, hi: int = 12) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(lo, hi))).capitalize() + " ."
-
-
-def write_tsv(path: Path, header, rows) -> None:
-    """Write a TSV; a row given as bytes is written verbatim (for malformed input)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as f:
-        if header is not None:
-            f.write(("\t".join(header) + "\n").encode())
-        for row in rows:
-            f.write(row if isinstance(row, bytes) else ("\t".join(map(str, row)) + "\n").encode())
-
-
-def make_sst2(root: Path, rng: random.Random, n=(30, 8, 6)):
-    """SST-2: `sentence label`; test `index sentence`. Returns the rows written per file."""
-    rows = {
-        "train": [[sentence(rng), rng.choice("01")] for _ in range(n[0])],
-        "dev": [[sentence(rng), rng.choice("01")] for _ in range(n[1])],
-        "test": [[i, sentence(rng)] for i in range(n[2])],
-    }
-    # Quotes are ordinary characters in GLUE (QUOTE_NONE): an unbalanced one must not swallow tabs.
-    rows["dev"][1] = ['He said "it is a good film .', "1"]
-    rows["train"][0][1] = "0"  # both labels occur in train whatever the seed
-    rows["train"][1][1] = "1"
-    write_tsv(root / "SST-2" / "train.tsv", ["sentence", "label"], rows["train"])
-    write_tsv(root / "SST-2" / "dev.tsv", ["sentence", "label"], rows["dev"])
-    write_tsv(root / "SST-2" / "test.tsv", ["index", "sentence"], rows["test"])
-    return rows
-
-
-def make_rte(root: Path, rng: random.Random, n=(24, 6, 5)):
-    labels = ["entailment", "not_entailment", "not_entailment"]  # unequal counts: fixes label order
-    rows = {
-        split: [[i, sentence(rng), sentence(rng), labels[i % 3]] for i in range(k)]
-        for split, k in (("train", n[0]), ("dev", n[1]))
-    }
-    rows["test"] = [[i, sentence(rng), sentence(rng)] for i in range(n[2])]
-    header = ["index", "sentence1", "sentence2", "label"]
-    write_tsv(root / "RTE" / "train.tsv", header, rows["train"])
-    write_tsv(root / "RTE" / "dev.tsv", header, rows["dev"])
-    write_tsv(root / "RTE" / "test.tsv", header[:3], rows["test"])
-    return rows
 
 
 def make_stsb(root: Path, rng: random.Random, n=(20, 6, 4)):
@@ -293,7 +241,7 @@ def test_regression_labels_are_floats_divided_by_five(prepared):
     for split_file, split in (("train", "train"), ("dev", "valid")):
         lines = (label_dir / f"{split}.label").read_text().splitlines()
         expected = [float(r[9]) / 5 for r in prepared.rows["STS-B"][split_file]]
-        assert [float(x) for x in lines] == pytest.approx(expected, abs=1e-6)
+        assert_close([float(x) for x in lines], expected, rtol=1e-12)  # decimals read back, in float64
     assert (label_dir / "train.label").read_text().splitlines()[:5] == ["1", "0.76", "0", "0.5", "0.8666"]
     assert prepared.summaries["STS-B"].labels is None
 
@@ -352,67 +300,6 @@ def test_cola_has_no_header_in_train_and_dev(tmp_path):
     assert [s.texts for s in splits] == [
         [("The cat sat .",), ("Cat the sat .",)], [("The cat sat .",)], [("A test .",)]]
     assert [s.labels for s in splits] == [["1", "0"], ["1"], None]
-
-
-# --------------------------------------------------------------------------------------
-# Bad input
-# --------------------------------------------------------------------------------------
-
-
-def corrupt(path: Path, line: int, new: bytes) -> None:
-    """Replace 1-based `line` of a file with raw bytes."""
-    lines = path.read_bytes().split(b"\n")
-    lines[line - 1] = new
-    path.write_bytes(b"\n".join(lines))
-
-
-BAD_INPUTS = [
-    # (task, file, line, replacement or None to delete the file, expected message part)
-    ("SST-2", "train.tsv", 4, b"a good film\t1\textra", "expected 2 tab-separated columns, found 3"),
-    ("SST-2", "dev.tsv", 3, b"\t1", "empty text in column 1"),
-    ("SST-2", "dev.tsv", 2, b"a fine film .\t7", "label '7' never occurs in train.tsv"),
-    ("SST-2", "train.tsv", 5, b"caf\xe9 noir .\t1", "invalid UTF-8 byte 0xe9"),
-    ("SST-2", "test.tsv", 3, b"2\t   ", "empty text in column 2"),
-    ("SST-2", "train.tsv", 1, b"sentence\tlabel\tmore", "header has 3 columns, expected 2"),
-    ("SST-2", "test.tsv", None, None, "missing input file"),
-    ("RTE", "dev.tsv", 2, b"0\tA premise .\t\tentailment", "empty text in column 3"),
-    ("RTE", "train.tsv", 6, b"", "expected 4 tab-separated columns, found 0"),
-]
-
-
-@pytest.mark.parametrize("task,name,line,replacement,message", BAD_INPUTS)
-def test_bad_input_is_reported_with_file_and_line(tmp_path, capsys, task, name, line, replacement, message):
-    glue, out = tmp_path / "glue", tmp_path / "out"
-    (make_sst2 if task == "SST-2" else make_rte)(glue, random.Random(1))
-    path = glue / task / name
-    if replacement is None:
-        path.unlink()
-    else:
-        corrupt(path, line, replacement)
-
-    rc = prepare_glue.main(["--glue-dir", str(glue), "--out-dir", str(out), "--tasks", task])
-
-    err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2
-    assert err[-1].startswith("error: ") and message in err[-1]
-    assert (f"{path}:{line}:" if line else str(path)) in err[-1]
-    assert not any("Traceback" in e for e in err)
-    assert not out.exists() or not any(out.iterdir())  # nothing written, not even a temp folder
-
-
-@pytest.mark.slow
-def test_script_exits_2_with_one_line(tmp_path):
-    glue = tmp_path / "glue"
-    make_sst2(glue, random.Random(2))
-    corrupt(glue / "SST-2" / "dev.tsv", 4, b"no label here")
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--glue-dir", str(glue), "--out-dir", str(tmp_path / "out")],
-        capture_output=True, text=True,
-    )
-    assert result.returncode == 2
-    errors = [line for line in result.stderr.splitlines() if not line.startswith("[prepare]")]
-    assert errors == [f"error: {glue / 'SST-2' / 'dev.tsv'}:4: expected 2 tab-separated columns, found 1"
-                      " (use --skip-bad-rows to skip such rows)"]
 
 
 @pytest.mark.slow

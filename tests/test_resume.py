@@ -17,7 +17,7 @@ import time
 import pytest
 import torch
 
-from conftest import BIN, REPO, make_classification_data, parse_metrics, run, train_args
+from helpers import BIN, REPO, make_classification_data, parse_metrics, run, train_args
 
 N = 25  # the stop: mid-epoch 2 (320 examples / batch 16 = 20 updates an epoch)
 EXPLORATION = 80  # > 2N: the schedule is still annealing at the stop and at the end

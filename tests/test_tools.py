@@ -1,6 +1,7 @@
 """budget_plugin.tools, the scripts' shared tooling: atomic files, fairseq's command
-lines and logs, models built from the architecture registry, checkpoints read one way,
-archives found one way, the study's records."""
+lines and logs, models built from the architecture registry, checkpoints read one way
+(the archives of pinned packages: test_registry.py; the studies' records:
+studies/test_study_tools.py)."""
 
 import os
 import stat
@@ -11,7 +12,6 @@ import torch
 from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.models.roberta import RobertaModel
 
-from budget_plugin.data import registry
 from budget_plugin.models.budgetformer import BudgetFormerModel
 from budget_plugin.tools import fairseq_cli
 from budget_plugin.tools.building import (
@@ -26,9 +26,7 @@ from budget_plugin.tools.building import (
 from budget_plugin.tools.checkpoints import as_budgetformer, load_checkpoint, model_options, read
 from budget_plugin.tools.errors import DataError
 from budget_plugin.tools.files import atomic_path, building_dir, write_atomic, write_json
-from budget_research.study.plan import UPDATES, cached_record, parse_updates
-from budget_research.study.report import mean_std
-from budget_research.study.train import heads_per_layer
+from helpers import assert_close
 
 
 def plain_file_mode():
@@ -125,14 +123,8 @@ def test_validations_and_the_best_one_of_a_training_log():
     assert [m["epoch"] for m in found] == [1, 2, 3, 4]
     assert [m["epoch"] for m in fairseq_cli.validation_metrics(log, "test")] == [3]
     assert fairseq_cli.best_validation(log)["epoch"] == 3
-    assert heads_per_layer(fairseq_cli.best_validation(log)) == [3.25, 2.0]
     with pytest.raises(fairseq_cli.CommandFailed, match="no validation line"):
         fairseq_cli.best_validation(TRAIN_LINE)
-
-
-def test_heads_per_layer_follows_the_layer_numbers_not_the_text_order():
-    metrics = {f"heads_l{i}": float(i) for i in reversed(range(12))} | {"heads": 5.5}
-    assert heads_per_layer(metrics) == [float(i) for i in range(12)]
 
 
 # ----------------------------------------------------------------------- running commands
@@ -220,38 +212,6 @@ def test_building_from_a_checkpoints_options_keeps_them_and_copies_them():
     assert len(dictionary(30)) == 30
 
 
-# ----------------------------------------------------------------------- the study's records
-
-
-def test_cached_record_is_reused_only_with_the_same_settings(tmp_path):
-    path = tmp_path / "result.json"
-    assert cached_record(path, updates=20) is None
-    write_json(path, {"updates": 20, "lr": 5e-4, "fixed_heads": None, "test_accuracy": 61.0})
-    assert cached_record(path, updates=20, lr=5e-4, fixed_heads=None)["test_accuracy"] == 61.0
-    assert cached_record(path, updates=21, lr=5e-4) is None
-    assert cached_record(path, updates=20, fixed_heads=[2.0, 2.0]) is None
-    write_json(path, {"updates": 20, "lr": 5e-4})  # a record without the key: it counts as None
-    assert cached_record(path, updates=20, fixed_heads=None) is not None
-    # settings nested in a dict (a recipe's) are compared key by key, with the same rule
-    write_json(path, {"recipe": {"lr": 5e-4, "batch_size": 32}})
-    assert cached_record(path, recipe={"lr": 5e-4, "batch_size": 32, "max_tokens": None}) is not None
-    assert cached_record(path, recipe={"lr": 5e-4, "batch_size": 32, "max_tokens": 8192}) is None
-    assert cached_record(path, recipe={"lr": 1e-4, "batch_size": 32}) is None
-
-
-def test_mean_std():
-    assert mean_std([70.0]) == (70.0, 0.0)
-    mean, std = mean_std([1.0, 2.0, 4.0])
-    assert mean == pytest.approx(7 / 3) and std == pytest.approx(1.5275252)
-    assert mean_std([1.0, 2.0, 4.0], 2) == (2.33, 1.53)
-
-
-def test_parse_updates_names_the_option():
-    assert parse_updates(["TOY=7", "MR=9"], UPDATES) == dict(UPDATES, TOY=7, MR=9)
-    with pytest.raises(SystemExit, match="--updates expects NAME=N"):
-        parse_updates(["MR=0"], UPDATES)
-
-
 # ----------------------------------------------------------------------- checkpoints and twins
 
 
@@ -277,7 +237,7 @@ def test_a_roberta_checkpoint_becomes_a_budgetformer_computing_the_same():
     tokens = torch.randint(4, 30, (3, 9))
     with torch.no_grad():  # routers at full budget: RoBERTa's features and logits
         for kwargs in ({"features_only": True}, {"classification_head_name": "sentence_classification_head"}):
-            assert torch.allclose(budget(tokens, **kwargs)[0], stock.eval()(tokens, **kwargs)[0], atol=1e-5)
+            assert_close(budget(tokens, **kwargs)[0], stock.eval()(tokens, **kwargs)[0])
     with pytest.raises(DataError, match="no RoBERTa model options"):
         as_budgetformer({"model": stock.state_dict()})
 
@@ -293,21 +253,4 @@ def test_a_twin_has_the_weights_and_the_changed_options():
     with torch.no_grad(), model.forced_heads(4):
         want = model(tokens, classification_head_name="sentence_classification_head")[0]
     with torch.no_grad():
-        assert torch.allclose(stock(tokens, classification_head_name="sentence_classification_head")[0], want,
-                              atol=1e-5)
-
-
-# ----------------------------------------------------------------------- archives
-
-
-def test_one_finder_for_wheels_and_sdists_of_any_spelling(tmp_path):
-    names = ["fake_pkg-1.0-py3-none-any.whl", "Fake.Pkg-1.0.tar.gz", "fake-pkg-1.01.zip", "fakepkg-1.0.tar.gz",
-             "fake_pkg-1.0-1-py3-none-any.whl", "fake_pkg-1.0.txt"]
-    for name in names:
-        (tmp_path / name).write_bytes(b"")
-    found = [p.name for p in registry.find_archives("fake-pkg", "1.0", [tmp_path])]
-    assert found == ["Fake.Pkg-1.0.tar.gz", "fake_pkg-1.0-1-py3-none-any.whl", "fake_pkg-1.0-py3-none-any.whl"]
-    assert [p.name for p in registry.find_archives("FAKE_PKG", None, [tmp_path], suffixes=(".whl",))] == [
-        "fake_pkg-1.0-1-py3-none-any.whl", "fake_pkg-1.0-py3-none-any.whl"]
-    assert registry.find_archives("fake-pkg", "1.0", [tmp_path / "fake_pkg-1.0-py3-none-any.whl"]) == [
-        tmp_path / "fake_pkg-1.0-py3-none-any.whl"]  # a file given by path
+        assert_close(stock(tokens, classification_head_name="sentence_classification_head")[0], want)

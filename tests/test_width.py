@@ -4,7 +4,7 @@ export at a width holds only those weights and predicts what the dialled model d
 
 import pytest
 import torch
-from test_dial import HEAD, checkpoint_of, nested_model
+import torch.nn.functional as F_
 
 from budget_plugin.dial.settings import Dial
 from budget_plugin.dial.parsing import parse_width
@@ -13,7 +13,17 @@ from budget_plugin.dial.width import allocated, uniform_width
 from budget_plugin.dial.allocation import priorities
 from budget_plugin.nested.export import export_width, pruned_checkpoint
 from budget_plugin.tools.checkpoints import as_budgetformer
-from conftest import build_model, random_tokens
+from helpers import (
+    HEAD,
+    assert_close,
+    build_model,
+    checkpoint_of,
+    make_criterion,
+    make_sample,
+    nested_model,
+    random_tokens,
+    without_dropout,
+)
 
 L, H, F = 2, 4, 128  # budgetformer_tiny
 
@@ -65,7 +75,7 @@ def test_the_ffn_prefix_computes_what_a_cut_ffn_computes(neurons):
     cut = layers_cut(model, neurons)
     assert [layer.fc1.out_features for layer in cut.encoder.sentence_encoder.layers] == list(neurons)
     expected, cut_extra = cut(tokens, classification_head_name=HEAD)
-    torch.testing.assert_close(dialled, expected, rtol=1e-5, atol=1e-5)
+    assert_close(dialled, expected)
     assert [layer["neurons"] for layer in extra["budget"]] == list(neurons)
     assert [layer["neurons"] for layer in cut_extra["budget"]] == list(neurons)
     full, _ = model(tokens, classification_head_name=HEAD)
@@ -99,8 +109,8 @@ def test_the_export_at_a_width_is_smaller_and_predicts_what_the_dialled_model_pr
     assert sum(v.numel() for v in state["model"].values()) < sum(v.numel() for v in model.state_dict().values())
     tokens = random_tokens()
     with torch.no_grad():
-        torch.testing.assert_close(exported(tokens, classification_head_name=HEAD)[0],
-                                   model(tokens, classification_head_name=HEAD, dial=setting)[0], rtol=1e-5, atol=1e-5)
+        assert_close(exported(tokens, classification_head_name=HEAD)[0],
+                     model(tokens, classification_head_name=HEAD, dial=setting)[0])
     with pytest.raises(ValueError, match="--width 0.5: this is a fixed-width model"):
         exported.width_dial("0.5")
 
@@ -150,10 +160,6 @@ def test_the_sandwich_trains_ffn_widths_with_the_heads():
     """--min-ffn-ratio 0.25: the smallest width runs a quarter of every layer's neurons
     (and --min-heads), the random one draws each layer's neurons from [that, all];
     the width loss is theirs, computed here by hand under the same seed."""
-    import torch.nn.functional as F_
-    from test_dial import make_sample, without_dropout
-    from test_model import make_criterion
-
     torch.manual_seed(0)
     model = without_dropout(nested_model(min_heads=1).train())
     sample = make_sample()
@@ -174,7 +180,7 @@ def test_the_sandwich_trains_ffn_widths_with_the_heads():
 
     expected = F_.cross_entropy(full, sample["target"], reduction="sum") + width([1, 1], [32, 32]) + \
         width(heads, neurons)
-    assert logs["width_loss"].item() == pytest.approx(expected.item(), rel=1e-5)
+    assert_close(logs["width_loss"], expected)
     # and not what the heads alone would give
     assert logs["width_loss"].item() != pytest.approx((F_.cross_entropy(full, sample["target"], reduction="sum") +
                                                        width([1, 1], [F, F]) + width(heads, [F, F])).item(), rel=1e-4)
@@ -182,8 +188,6 @@ def test_the_sandwich_trains_ffn_widths_with_the_heads():
 
 
 def test_min_ffn_ratio_needs_the_sandwich():
-    from test_model import make_criterion
-
     with pytest.raises(ValueError, match="--min-ffn-ratio must be 0 unless --sandwich-widths is 2 or more"):
         make_criterion(min_ffn_ratio=0.25)
     with pytest.raises(ValueError, match=r"--min-ffn-ratio must be in \[0, 1\]"):
@@ -195,10 +199,6 @@ def test_hidden_state_distillation_adds_each_layers_mean_squared_difference_from
     layers of the mean squared difference of its layer outputs from the full width's,
     averaged over each example's own tokens (padding left out) and features, summed
     over examples; computed here by hand under the same seed."""
-    import torch.nn.functional as F_
-    from test_dial import make_sample, without_dropout
-    from test_model import make_criterion
-
     torch.manual_seed(0)
     model = without_dropout(nested_model(min_heads=1).train())
     sample = make_sample()
@@ -226,7 +226,7 @@ def test_hidden_state_distillation_adds_each_layers_mean_squared_difference_from
     expected = F_.cross_entropy(full, target, reduction="sum") + F_.cross_entropy(small, target, reduction="sum") \
         + 2.0 * hidden
     assert hidden.item() > 0
-    assert logs["width_loss"].item() == pytest.approx(expected.item(), rel=1e-5)
+    assert_close(logs["width_loss"], expected)
     with pytest.raises(ValueError, match="--distill-hidden-weight must be 0 unless --sandwich-widths is 2 or more"):
         make_criterion(distill_hidden_weight=1.0)
     model.args.encoder_layerdrop = 0.1  # each pass would drop other layers: no layer would have its teacher

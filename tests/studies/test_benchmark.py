@@ -12,7 +12,7 @@ from budget_plugin.tools.building import build_model, size_of
 from budget_research.benchmark.cell import make_inputs, measure_cell, peak_memory
 from budget_research.benchmark.config import BenchmarkConfig
 from budget_research.benchmark.models import build_pair, randomise_relevance
-from conftest import REPO, python_script
+from helpers import REPO, assert_close, python_script
 
 RATIOS = (1.0, 0.75, 0.5, 0.25)
 
@@ -115,7 +115,7 @@ def test_the_pair_shares_its_weights(tiny_pair):
     stock, budget = tiny_pair
     tokens = make_inputs(3, 12, 60, seed=1, device="cpu")
     with torch.no_grad(), budget.forced_heads(4):
-        assert torch.allclose(budget(tokens, features_only=True)[0], stock(tokens, features_only=True)[0], atol=1e-5)
+        assert_close(budget(tokens, features_only=True)[0], stock(tokens, features_only=True)[0])
 
 
 def test_a_cell_counts_flops_by_the_heads_it_forces(tiny_pair):

@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from conftest import PLUGIN_DIR, REPO, parse_metrics, run
+from helpers import PLUGIN_DIR, REPO, parse_metrics, run
 
 spec = importlib.util.spec_from_file_location("demo", REPO / "examples" / "budgetformer" / "demo.py")
 demo = importlib.util.module_from_spec(spec)

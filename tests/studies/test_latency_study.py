@@ -12,9 +12,8 @@ from budget_plugin.tools.building import build_model as build_arch
 from budget_research.adaprune import prune_by_magnitude, shape_adaprune_heads
 from budget_research.study.latency import kept_counts
 from budget_research.study.latency_report import nested_curve, targets
-from conftest import random_tokens
+from helpers import HEAD, REPO, assert_close, close, random_tokens, write_toy_task
 
-HEAD = "sentence_classification_head"
 TINY = dict(encoder_layers=2, encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_attention_heads=4)
 
 
@@ -49,14 +48,14 @@ def test_adaprune_keeps_the_largest_heads_and_computes_only_them():
             v.bias[head * d:(head + 1) * d] = 0
     tokens = random_tokens()
     found, _ = pruned(tokens, classification_head_name=HEAD)
-    assert torch.allclose(found, reference(tokens, classification_head_name=HEAD)[0], atol=1e-5)
-    assert not torch.allclose(found, model(tokens, classification_head_name=HEAD)[0], atol=1e-3)
+    assert_close(found, reference(tokens, classification_head_name=HEAD)[0])
+    assert not close(found, model(tokens, classification_head_name=HEAD)[0], atol=1e-3)
     assert [layer.self_attn.q_proj.weight.shape[0] for layer in pruned.encoder.sentence_encoder.layers] == [16, 16]
     # what the task's build_model does for a checkpoint pruned so: the shapes, then its weights load
     rebuilt = tiny_roberta()
     shape_adaprune_heads(rebuilt, 2)
     rebuilt.load_state_dict(pruned.state_dict())
-    assert torch.allclose(rebuilt(tokens, classification_head_name=HEAD)[0], found, atol=1e-6)
+    assert_close(rebuilt(tokens, classification_head_name=HEAD)[0], found)
 
 
 def test_no_adaprune_leaves_the_model_alone():
@@ -153,13 +152,10 @@ def test_the_latency_study_end_to_end_on_a_toy_task(tmp_path):
     import importlib.util
     import json
 
-    from test_reproduce import write_toy_task
-
     from budget_plugin.data.bert_conversion import convert_logged
     from budget_plugin.data.prepare import prepare_task
     from budget_plugin.tools.tiny_bert import TINY, write_bert
     from budget_research.study.plan import StudyConfig
-    from conftest import REPO
 
     write_toy_task(tmp_path / "raw" / "TOY")
     config = dict(TINY, vocab_size=26, num_hidden_layers=6, hidden_size=40, num_attention_heads=10)

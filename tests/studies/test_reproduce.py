@@ -10,7 +10,6 @@ import contextlib
 import importlib.util
 import io
 import json
-import random
 
 import pytest
 import torch
@@ -23,7 +22,7 @@ from budget_research.study import measure as study_measure
 from budget_research.study import train as study_train
 from budget_research.study.measure import head_sets
 from budget_research.study.prepare import prepare
-from conftest import REPO, recomputed
+from helpers import REPO, assert_close, recomputed, write_toy_task
 
 N_TEST = 40
 LEARNED = ("budget", "distill", "prior")
@@ -33,20 +32,6 @@ NAMES = {"dense", "budget-0.5", "distill-0.5", "prior-0.5", "importance-0.5", "s
 spec = importlib.util.spec_from_file_location("reproduce", REPO / "examples" / "budgetformer" / "reproduce.py")
 reproduce = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(reproduce)
-
-
-def write_toy_task(folder, seed=0, sizes=(("train", 320), ("dev", 40), ("test", N_TEST))):
-    """SST-2's layout with a labelled test split; the label is which half of the
-    vocabulary (w0-w9 or w10-w19, the tiny BERT's pieces) a sentence draws from."""
-    rng = random.Random(seed)
-    folder.mkdir(parents=True)
-    for split, n in sizes:
-        rows = ["sentence\tlabel"]
-        for i in range(n):
-            label = ("neg", "pos")[i % 2]
-            words = [f"w{rng.randrange(10) + (10 if label == 'pos' else 0)}" for _ in range(rng.randint(3, 10))]
-            rows.append(f"{' '.join(words)}\t{label}")
-        (folder / f"{split}.tsv").write_text("\n".join(rows) + "\n")
 
 
 def main_output(argv):
@@ -59,7 +44,7 @@ def main_output(argv):
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     root = tmp_path_factory.mktemp("study")
-    write_toy_task(root / "raw" / "TOY")
+    write_toy_task(root / "raw" / "TOY", sizes=(("train", 320), ("dev", 40), ("test", N_TEST)))
     model = convert_logged(write_bert(root / "bert", dict(TINY, vocab_size=26)), root / "data" / "model",
                              lambda message: None)
     prepare_task(root / "raw" / "TOY", root / "data", layout="SST-2", labelled_test=True, wordpiece=model,
@@ -120,7 +105,7 @@ def test_the_relevance_prior_is_the_dense_models_head_importance(study):
     option, prior = runs_of(report)["prior-0.5"]["options"]
     assert option == "--relevance-prior"
     parsed = [[float(v) for v in layer.split(",")] for layer in prior.split(";")]
-    assert torch.allclose(torch.tensor(parsed), torch.tensor(importance), atol=1e-4)
+    assert_close(parsed, importance, rtol=0, atol=1e-4)  # the option's 4 decimals, not float rounding
 
 
 @pytest.mark.slow
@@ -180,8 +165,7 @@ def test_summary_spread_targets_plot_and_report(study):
         heads = selected.sum(-1).float()
         for i, layer in enumerate(spread["per_layer"]):
             assert (layer["min"], layer["max"]) == (heads[:, i].min().item(), heads[:, i].max().item())
-            assert (layer["mean"], layer["std"]) == pytest.approx((heads[:, i].mean().item(), heads[:, i].std().item()),
-                                                                  abs=1e-6)
+            assert_close([layer["mean"], layer["std"]], [heads[:, i].mean(), heads[:, i].std()])
             assert layer["mean"] == pytest.approx(runs[key.split("/")[1]]["heads_per_layer"][i])
         importance = json.loads((root / "results" / "reproduce" / "TOY" / "dense-seed1.json").read_text())["importance"]
         for got, want in zip(report["head_sets"][key]["per_layer"], head_sets(selected, importance)):

