@@ -8,7 +8,7 @@ TORCH_PIP_ARGS ?=
 
 .PHONY: setup test test-fast test-durations demo clean
 
-$(VENV)/.installed: setup.py
+$(VENV)/.installed: setup.py serve/pyproject.toml
 	@# fairseq-fixed 0.12.3.1 is built and tested here on Python 3.11 only; on other
 	@# versions its compiled extensions or pinned wheels may be missing: say so up front
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if v == (3, 11) else \
@@ -22,8 +22,10 @@ $(VENV)/.installed: setup.py
 	# 2. fairseq-fixed compiled against that torch (~3 min); with build isolation
 	#    its build would download another torch.
 	$(PIP) install --no-build-isolation fairseq-fixed==0.12.3.1
-	# 3. the plugin itself, with its test and serving extras (the suite covers both).
-	$(PIP) install --no-build-isolation -e '.[test,serve]'
+	# 3. the serving distribution (torch-free, serve/), then the plugin with its test and
+	#    export extras (the suite covers all three)
+	$(PIP) install --no-build-isolation -e serve
+	$(PIP) install --no-build-isolation -e '.[test,export]'
 	touch $@
 
 setup: $(VENV)/.installed

@@ -36,8 +36,7 @@ setup(
     license="MIT",
     long_description=(HERE / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
-    # budget_serve: the torch-free predictor of ONNX exports (and the helpers both share)
-    packages=find_packages(include=["budget_plugin", "budget_plugin.*", "budget_serve", "budget_serve.*"]),
+    packages=find_packages(include=["budget_plugin", "budget_plugin.*"]),
     # fairseq-fixed 0.12.3.1 is built and tested on 3.11 only (the Makefile checks it too):
     # on 3.12 its compiled extensions and pinned wheels are missing
     python_requires="==3.11.*",
@@ -57,17 +56,23 @@ setup(
         # BERT's WordPiece tokenizer as the pretrained models ship it (tokenizer.json):
         # the reference implementation of their normalisation, not a re-implementation
         "tokenizers",
+        # the torch-free predictor of ONNX exports and the helpers both sides share (errors,
+        # atomic files, the predictor's input and output): a distribution of its own, in
+        # serve/ (make setup installs it first; pip install ./serve elsewhere)
+        "budget-serve==0.2.0",
     ],
     extras_require={
         # xdist: the suite on both cores (3.8: make test's --no-loadscope-reorder, tested);
         # triton: the GPU path's kernels, which the tests run in Triton's interpreter where
         # there is no GPU
-        "test": ["pytest", "pytest-xdist>=3.8", "matplotlib", 'triton; platform_system == "Linux" and platform_machine == "x86_64"'],
+        # uv: the serving distribution installed alone on another Python in seconds (pip: half a minute)
+        "test": ["pytest", "pytest-xdist>=3.8", "matplotlib", "uv",
+                 'triton; platform_system == "Linux" and platform_machine == "x86_64"'],
         "viz": ["matplotlib"],
-        # serving on ONNX Runtime (budget-export-onnx, budget-predict --onnx), pinned as tested:
-        # onnxruntime runs and quantizes the graphs; onnx holds them; onnxscript is what
-        # torch's own exporter (torch.export-based, its default since 2.9) writes them with
-        "serve": ["onnxruntime==1.32.0", "onnx==1.23.2", "onnxscript==0.7.2"],
+        # exporting to ONNX Runtime (budget-export-onnx), pinned as tested: onnxruntime checks
+        # and quantizes the graphs; onnx holds them; onnxscript is what torch's own exporter
+        # (torch.export-based, its default since 2.9) writes them with
+        "export": ["onnxruntime==1.32.0", "onnx==1.23.2", "onnxscript==0.7.2"],
     },
     entry_points={"console_scripts": [f"{command}={module}:main" for command, module in COMMANDS.items()]},
 )

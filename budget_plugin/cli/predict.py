@@ -5,23 +5,36 @@ file or standard input, to TSV: label, probability, and the heads run per layer.
     budget-predict --checkpoint-dir checkpoints/mr --data data/MR-bin --input texts.txt --output preds.tsv
     budget-predict --onnx exported/ --input texts.txt        (an ONNX export: budget-serve-predict)
 
-Output columns: line, label, probability, heads per layer (e.g. ``3,2,5,4``), and the
-selected heads of every layer (``0.3.5|1.2|...``).
+Output columns: line, label, probability (a regression model: score), with --all-scores
+every label's probability, heads per layer (e.g. ``3,2,5,4``), and the selected heads of
+every layer (``0.3.5|1.2|...``). Inputs are cut as the training data was.
 
 The input must be UTF-8: a line that is not is refused, naming the file and line, as
 is a line without text; nothing is predicted until every line reads.
 """
 
 import argparse
+import json
 import sys
-from typing import List, Optional, Sequence
+from pathlib import Path
+from typing import Iterator, List, Optional, Sequence
 
 import torch
 from fairseq.data import data_utils
 
+from budget_plugin.data.prepare import PREPARED
+from budget_plugin.models.hub_interface import head_choice_of
 from budget_plugin.tools.hub import add_checkpoint_arguments, load_hub
 from budget_serve.predict import main as onnx_main
-from budget_serve.texts import add_io_arguments, check_io_arguments, fitted, predict_command, progress
+from budget_serve.texts import (
+    add_io_arguments,
+    check_io_arguments,
+    fitted,
+    header,
+    input_texts,
+    predict_command,
+    prediction_columns,
+)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> Optional[argparse.Namespace]:
@@ -40,32 +53,68 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Optional[argparse.Namesp
     return args
 
 
+def progress(batches: Sequence, args: argparse.Namespace) -> Iterator:
+    """The batches, with a progress bar on stderr when reading a file."""
+    if not args.input:
+        return iter(batches)
+    from tqdm import tqdm
+
+    return iter(tqdm(batches, desc="predict", unit="batch", file=sys.stderr))
+
+
 def asks_for_onnx(argv: Sequence[str]) -> bool:
     """Whether a command line names an ONNX export (--onnx DIR)."""
     return any(arg == "--onnx" or arg.startswith("--onnx=") for arg in argv)
+
+
+def prepared_cut(data: Path) -> Optional[int]:
+    """The pieces per input budget-prepare kept (--truncate-tokens), as its record says."""
+    record = data / PREPARED
+    return json.loads(record.read_text(encoding="utf-8")).get("truncate_tokens") if record.is_file() else None
+
+
+def encode(hub, texts: Sequence[str], pieces_per_input: Optional[int]) -> List[int]:
+    """The hub's ``encode``, each input cut to its first pieces as the data's were."""
+    pieces = [" ".join(hub.bpe.encode(text).split()[:pieces_per_input]) for text in texts]
+    line = "<s> " + " </s> </s> ".join(pieces) + " </s>"
+    return hub.task.source_dictionary.encode_line(line, append_eos=False, add_if_not_exist=False).tolist()
+
+
+def heads_run(model, extra: dict, row: int) -> str:
+    """The heads per layer and the heads that example ``row`` of a batch ran (a RoBERTa:
+    every head), as two TSV columns."""
+    if "budget" not in extra:
+        layers, heads = model.args.encoder_layers, model.args.encoder_attention_heads
+        return ",".join([str(heads)] * layers) + "\t" + "|".join([".".join(map(str, range(heads)))] * layers)
+    choice = head_choice_of(extra)
+    selected = "|".join(".".join(map(str, layer.nonzero().flatten().tolist())) for layer in choice.selected[row])
+    return ",".join(map(str, choice.heads[row].tolist())) + "\t" + selected
 
 
 def predict_rows(args: argparse.Namespace, name: str, examples: List[List[str]]) -> List[str]:
     hub = load_hub(args)
     if torch.cuda.is_available() and not args.cpu:
         hub.cuda()
-    labels = hub.task.label_dictionary
-    max_positions = hub.model.max_positions()
-    encoded = [torch.as_tensor(fitted(hub.encode(*fields).tolist(), max_positions, args.too_long, name, number))
+    regression, labels = bool(hub.task.cfg.regression_target), hub.task.label_dictionary
+    names = [] if regression else [labels.string([i + labels.nspecial]) for i in range(hub.model.classification_heads[
+        args.head].out_proj.out_features)]
+    inputs, cut = 2 if (args.data / "input1").is_dir() else 1, prepared_cut(args.data)
+    encoded = [torch.as_tensor(fitted(encode(hub, input_texts(fields, inputs, f"{name}:{number}"), cut),
+                                      hub.model.max_positions(), args.too_long, name, number))
                for number, fields in enumerate(examples, 1)]
-    rows = []
-    pad = hub.task.source_dictionary.pad()
-    for start in progress(range(0, len(encoded), args.batch_size), args):
-        batch = data_utils.collate_tokens(encoded[start:start + args.batch_size], pad_idx=pad)
-        with torch.no_grad():
-            probs = hub.predict(args.head, batch).exp()
-        for i, example_usage in enumerate(hub.head_usage(batch)):
-            best = int(probs[i].argmax())
-            label = labels.string([best + labels.nspecial])
-            heads = ",".join(str(layer["num_heads"]) for layer in example_usage)
-            selected = "|".join(".".join(map(str, layer["heads"])) for layer in example_usage)
-            rows.append(f"{start + i + 1}\t{label}\t{probs[i, best]:.4f}\t{heads}\t{selected}")
-    return rows
+    order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))  # batches of like lengths
+    rows = [""] * len(encoded)
+    for start in progress(range(0, len(order), args.batch_size), args):
+        chosen = order[start:start + args.batch_size]
+        batch = data_utils.collate_tokens([encoded[i] for i in chosen], pad_idx=hub.task.source_dictionary.pad())
+        with torch.no_grad():  # one forward: the prediction and the heads it ran
+            features, extra = hub.model(batch.to(hub.device), features_only=True)
+            logits = hub.model.classification_heads[args.head](features).float()
+        outputs = logits if regression else logits.softmax(dim=-1)
+        for row, i in enumerate(chosen):
+            rows[i] = f"{i + 1}\t{prediction_columns(outputs[row].tolist(), names, regression, args.all_scores)}" \
+                      f"\t{heads_run(hub.model, extra, row)}"
+    return [header(regression, names if args.all_scores else ())] + rows
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

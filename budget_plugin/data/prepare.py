@@ -23,7 +23,10 @@ from budget_plugin.data.vocabulary import (
     write_vocab_file,
 )
 from budget_plugin.tools.errors import DataError
-from budget_plugin.tools.files import building_dir
+from budget_plugin.tools.files import building_dir, write_json
+
+# the prepared folder's record of how its inputs were made (read by budget-predict and the ONNX export)
+PREPARED = "prepared.json"
 
 
 def _log(message: str) -> None:
@@ -146,6 +149,9 @@ def prepare_task(
         # 5. Binarize with the real fairseq-preprocess.
         run_binarize_jobs(work, jobs, workers, log)
         shutil.rmtree(work)
+        # 6. What serving needs to cut and read inputs as they were here (budget-export-onnx)
+        write_json(tmp / PREPARED, {"inputs": layout.num_inputs, "regression": bool(layout.regression),
+                                    "truncate_tokens": truncate, "max_positions": max_positions})
 
     return TaskSummary(
         name=name,

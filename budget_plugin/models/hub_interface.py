@@ -61,6 +61,11 @@ def head_choice(model, tokens: torch.LongTensor, dial=None) -> HeadChoice:
     one place that reads them out of the model's per-layer statistics."""
     device = next(model.parameters()).device
     _, extra = model(tokens.to(device), features_only=True, dial=dial)
+    return head_choice_of(extra)
+
+
+def head_choice_of(extra: dict) -> HeadChoice:
+    """The heads each input ran, from a forward's ``extra`` (its per-layer statistics)."""
     return HeadChoice(*(torch.stack([layer[key] for layer in extra["budget"]], dim=1)
                         for key in ("selected", "heads", "budget")))
 

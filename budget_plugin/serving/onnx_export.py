@@ -17,6 +17,7 @@ Everything is written into a temporary folder that becomes OUT_DIR only when com
 import contextlib
 import hashlib
 import io
+import json
 import logging
 import sys
 import warnings
@@ -25,6 +26,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
+from budget_plugin.data.prepare import PREPARED
 from budget_plugin.encoders.wordpiece import load_wordpiece, tokenizer_file
 from budget_plugin.modules.flops import attention_flops, ffn_flops
 from budget_plugin.nested.export import chosen_cut, pruned_checkpoint
@@ -33,7 +35,8 @@ from budget_plugin.tools.checkpoints import as_budgetformer, load_checkpoint, mo
 from budget_plugin.tools.errors import DataError
 from budget_plugin.tools.evaluation import split_batches, tokens
 from budget_plugin.tools.files import building_dir, write_json
-from budget_serve.predictor import MANIFEST, MANIFEST_FORMAT, session
+from budget_serve.manifest import MANIFEST, MANIFEST_FORMAT, runtime_requirements
+from budget_serve.predictor import session
 
 OPSET = 18
 HEAD = "sentence_classification_head"
@@ -116,23 +119,31 @@ def quiet(*loggers: str):
             logger.setLevel(level)
 
 
-def compare(reference: Callable[[torch.Tensor], torch.Tensor], batches: Sequence[dict], sessions: Dict[str, object]):
-    """Accuracy of ``reference`` (fairseq) and of each ONNX session on ``batches``, and the
-    largest difference of each session's logits from the reference's."""
-    right = {name: 0 for name in ["fairseq", *sessions]}
+def compare(reference: Callable[[torch.Tensor], torch.Tensor], batches: Sequence[dict], sessions: Dict[str, object],
+            regression: bool = False):
+    """Accuracy (regression: mean squared error) of ``reference`` (fairseq) and of each
+    ONNX session on ``batches``, and the largest difference of each session's logits
+    from the reference's."""
+    def score(outputs: torch.Tensor, target: torch.Tensor) -> float:
+        if regression:
+            return float(((outputs.view(-1) - target.float()) ** 2).sum())
+        return float((outputs.argmax(-1) == target).sum())
+
+    found = {name: 0.0 for name in ["fairseq", *sessions]}
     difference = dict.fromkeys(sessions, 0.0)
     total = 0
     for sample in batches:
         target = sample["target"].view(-1)
         with torch.no_grad():
             expected = reference(tokens(sample)).float()
-        right["fairseq"] += int((expected.argmax(-1) == target).sum())
+        found["fairseq"] += score(expected, target)
         for name, runtime in sessions.items():
             logits = torch.from_numpy(runtime.run(None, {"tokens": tokens(sample).numpy()})[0])
-            right[name] += int((logits.argmax(-1) == target).sum())
+            found[name] += score(logits, target)
             difference[name] = max(difference[name], float((logits - expected).abs().max()))
         total += target.numel()
-    return {name: 100.0 * count / total for name, count in right.items()}, difference
+    scale = 1.0 if regression else 100.0
+    return {name: scale * value / total for name, value in found.items()}, difference
 
 
 def labels_of(task, classes: int) -> List[str]:
@@ -168,8 +179,6 @@ def export_onnx(checkpoint: Path, data: Path, out_dir: Path, head_ratio: Optiona
     whole; a dense RoBERTa or BudgetFormer whole) with ``data``'s tokenizer and labels
     into ``out_dir``; returns the manifest. ``split`` (of ``data``): where equality is
     checked and each file's accuracy taken."""
-    import onnxruntime
-
     try:
         wordpiece = tokenizer_file(data)
     except FileNotFoundError:
@@ -199,8 +208,9 @@ def export_onnx(checkpoint: Path, data: Path, out_dir: Path, head_ratio: Optiona
             quantize(tmp / "model.onnx", tmp / "model.int8.onnx")
             files["int8"] = "model.int8.onnx"
         log(f"checking every file against fairseq on {split}")
+        regression = bool(task.cfg.regression_target)
         accuracy, difference = compare(lambda x: model(x, classification_head_name=HEAD)[0], batches,
-                                       {kind: session(tmp / name) for kind, name in files.items()})
+                                       {kind: session(tmp / name) for kind, name in files.items()}, regression)
         if difference["fp32"] > TOLERANCE:
             raise ExportError(f"{checkpoint}: the ONNX graph's logits differ from fairseq's by "
                               f"{difference['fp32']:.2e} on {split} (more than {TOLERANCE}): not written")
@@ -218,20 +228,46 @@ def export_onnx(checkpoint: Path, data: Path, out_dir: Path, head_ratio: Optiona
             "full": {"heads": args.encoder_attention_heads, "neurons": args.encoder_ffn_embed_dim,
                      "layers": args.encoder_layers},
             "model_flops_ratio": layers_flops_ratio(plain.heads, plain.neurons, args, length),
-            "labels": labels_of(task, plain.out_proj.out_features),
+            "task": "regression" if regression else "classification",
+            "inputs": 2 if (Path(data) / "input1").is_dir() else 1,
+            "labels": [] if regression else labels_of(task, plain.out_proj.out_features),
             "max_positions": plain.max_positions,
+            # as the data's inputs were cut (budget-prepare --truncate-tokens), then the whole to max_positions
+            "truncation": {"pieces_per_input": prepared_record(data).get("truncate_tokens"),
+                           "positions": plain.max_positions, "cut": "end"},
             "special": {"bos": dictionary.bos(), "pad": plain.pad, "eos": dictionary.eos(), "unk": dictionary.unk()},
             "files": files,
             "opset": OPSET,
-            "exported_with": {"torch": torch.__version__, "onnxruntime": onnxruntime.__version__},
-            "checked_on": {"split": split, "accuracy": accuracy, "max_abs_logit_difference": difference},
+            "requires": runtime_requirements(OPSET),
+            "exported_with": versions(),
+            "checked_on": {"split": split, "mse" if regression else "accuracy": accuracy,
+                           "max_abs_logit_difference": difference},
         }
         write_json(tmp / MANIFEST, manifest)
     return manifest
 
 
+def prepared_record(data: Path) -> dict:
+    """budget-prepare's record of the data folder (none for a folder prepared before it was kept)."""
+    path = Path(data) / PREPARED
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def versions() -> Dict[str, str]:
+    """The versions the export was made with."""
+    import onnx
+    import onnxruntime
+    import tokenizers
+
+    return {"torch": torch.__version__, "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__,
+            "tokenizers": tokenizers.__version__}
+
+
 def summary(manifest: dict) -> str:
     check = manifest["checked_on"]
+    if "mse" in check:
+        return "\n".join(f"{check['split']} mean squared error, {kind}: {value:.4f}" for kind, value in
+                         check["mse"].items())
     lines = [f"heads per layer {','.join(map(str, manifest['heads']))}; FFN neurons per layer "
              f"{','.join(map(str, manifest['neurons']))}; model FLOPs {manifest['model_flops_ratio']:.3f} of the "
              "full model's"]

@@ -9,15 +9,7 @@ class DataError(Exception):
     """A problem with the user's input (exit status 2)."""
 
 
-class PreprocessError(Exception):
-    """fairseq-preprocess failed; carries the tail of its output (exit status 1)."""
-
-
-class DownloadError(Exception):
-    """pip could not fetch a package: no network, index down, ... (exit status 1)."""
-
-
-def run_cli(body: Callable[[], None], failures: Tuple[type, ...] = (PreprocessError,)) -> int:
+def run_cli(body: Callable[[], None], failures: Tuple[type, ...] = ()) -> int:
     """Run a script's body; a DataError exits 2, one of ``failures`` or an OSError (a file
     the system refuses to read or write: its message names it) 1, Ctrl-C 130, each with
     a one-line message. Warnings (fairseq's, torch's) go to stderr; INFO lines do not."""

@@ -3,16 +3,25 @@ Runtime, importing neither torch nor fairseq (``budget-predict --onnx`` runs it 
 
     budget-serve-predict --onnx exported/ --input texts.txt --output preds.tsv
 
-The same columns as ``budget-predict`` with a fairseq checkpoint: line, label,
-probability, heads per layer and the heads run (an export runs the same heads, its
-first ones, for every input)."""
+One example a line (a text, or two tab-separated texts for a pair model). The same
+columns as ``budget-predict`` with a fairseq checkpoint: line, label, probability (a
+regression model: score), with --all-scores every label's probability, then the heads
+per layer and the heads run (an export runs its first heads for every input)."""
 
 import argparse
 import sys
 from typing import List, Optional, Sequence
 
-from budget_serve.predictor import Predictor
-from budget_serve.texts import add_io_arguments, check_io_arguments, fitted, predict_command
+from .predictor import Predictor
+from .texts import (
+    add_io_arguments,
+    check_io_arguments,
+    fitted,
+    header,
+    input_texts,
+    predict_command,
+    prediction_columns,
+)
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -32,14 +41,16 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def predict_rows(args: argparse.Namespace, name: str, examples: List[List[str]]) -> List[str]:
     predictor = Predictor(args.onnx, int8=args.int8, threads=args.threads)
-    encoded = [fitted(predictor.encode(*fields), predictor.max_positions, args.too_long, name, number)
+    encoded = [fitted(predictor.encoder.encode(*input_texts(fields, predictor.inputs, f"{name}:{number}"), cut=False),
+                      predictor.max_positions, args.too_long, name, number)
                for number, fields in enumerate(examples, 1)]
-    probs = predictor.probabilities(encoded, args.batch_size)
+    outputs = predictor.outputs(encoded, args.batch_size) if encoded else []
     heads = predictor.manifest["heads"]
-    counts = ",".join(map(str, heads))
-    selected = "|".join(".".join(map(str, range(h))) for h in heads)
-    return [f"{number}\t{predictor.labels[int(p.argmax())]}\t{p.max():.4f}\t{counts}\t{selected}"
-            for number, p in enumerate(probs, 1)]
+    run = ",".join(map(str, heads)) + "\t" + "|".join(".".join(map(str, range(h))) for h in heads)
+    labels, regression = predictor.labels, predictor.regression
+    columns = header(regression, labels if args.all_scores and not regression else ())
+    return [columns] + [f"{number}\t{prediction_columns(row, labels, regression, args.all_scores)}\t{run}"
+                        for number, row in enumerate(outputs, 1)]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -5,13 +5,43 @@ and one TSV row a prediction."""
 import argparse
 import sys
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator, List, Sequence, Tuple, Union
+from typing import BinaryIO, Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
-from budget_serve.errors import DataError, run_cli
-from budget_serve.files import write_atomic
+from .errors import DataError, run_cli
+from .files import write_atomic
 
-# heads_per_layer and selected_heads: the heads each example ran in each layer
-HEADER = "line\tlabel\tprobability\theads_per_layer\tselected_heads"
+
+def header(regression: bool, all_scores: Sequence[str] = ()) -> str:
+    """The TSV's columns: the line, its label and probability (a regression model: its
+    score), with ``all_scores`` each of these labels' probability, and the heads each
+    example ran in each layer."""
+    scores = "".join(f"\tprobability:{label}" for label in all_scores)
+    return ("line\tscore" if regression else "line\tlabel\tprobability") + scores + \
+        "\theads_per_layer\tselected_heads"
+
+
+def input_texts(item, inputs: Optional[int], where: str) -> List[str]:
+    """An input as its texts (a text, or a pair: a tuple or list of two), refused naming
+    ``where`` if it is neither or the model takes another number (``inputs``: 1 or 2;
+    None: not known)."""
+    texts = [item] if isinstance(item, str) else list(item) if isinstance(item, (tuple, list)) else [None]
+    if not 1 <= len(texts) <= 2 or not all(isinstance(t, str) for t in texts):
+        raise DataError(f"{where}: expected a text or a pair of texts, got {item!r}")
+    if inputs is not None and len(texts) != inputs:
+        raise DataError(f"{where}: {'a pair' if len(texts) == 2 else 'one text'}, but this model takes "
+                        f"{'a pair of texts (tab-separated on a line)' if inputs == 2 else 'one text (no tab)'}")
+    return texts
+
+
+def prediction_columns(probabilities: Sequence[float], labels: Sequence[str], regression: bool,
+                       all_scores: bool) -> str:
+    """One row's label and probability (regression: its score), and with ``all_scores``
+    every label's probability, tab-separated."""
+    if regression:
+        return f"{probabilities[0]:.4f}"
+    best = max(range(len(labels)), key=lambda i: probabilities[i])
+    columns = [labels[best], f"{probabilities[best]:.4f}"]
+    return "\t".join(columns + ([f"{p:.4f}" for p in probabilities] if all_scores else []))
 
 
 def utf8_lines(stream: BinaryIO) -> Iterator[Tuple[int, Union[str, UnicodeDecodeError]]]:
@@ -55,7 +85,8 @@ def add_io_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", type=Path, help="TSV to write (default: standard output)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--too-long", choices=["truncate", "refuse"], default="truncate",
-                        help="inputs longer than the model's positions: truncate with a warning, or stop")
+                        help="inputs longer than the model's positions: cut as in training, with a warning, or stop")
+    parser.add_argument("--all-scores", action="store_true", help="also every label's probability, a column each")
 
 
 def check_io_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -73,38 +104,31 @@ def read_input(args: argparse.Namespace) -> Tuple[str, List[List[str]]]:
 
 
 def fitted(tokens: Sequence[int], max_positions: int, too_long: str, name: str, number: int) -> Sequence[int]:
-    """An encoded example within the model's positions: refused, or cut to its first
-    pieces and its closing </s> with a warning."""
+    """An encoded example within the model's positions: refused, or cut as fairseq's
+    ``--shorten-method truncate`` cut it in training (its first pieces; the closing </s>
+    goes too), with a warning."""
     if len(tokens) <= max_positions:
         return tokens
     if too_long == "refuse":
         raise DataError(f"{name}:{number}: {len(tokens)} tokens, over the model's {max_positions}")
     print(f"warning: {name}:{number}: {len(tokens)} tokens, truncated to {max_positions}", file=sys.stderr)
-    return list(tokens[: max_positions - 1]) + list(tokens[-1:])
+    return list(tokens[:max_positions])
 
 
 def write_rows(args: argparse.Namespace, rows: Sequence[str]) -> None:
-    """The header and rows to --output (atomically) or standard output."""
-    text = "".join(row + "\n" for row in [HEADER, *rows])
+    """The header (the first row) and rows to --output (atomically) or standard output."""
+    text = "".join(row + "\n" for row in rows)
     if args.output:
         write_atomic(args.output, text)
     else:
         sys.stdout.write(text)
 
 
-def progress(batches: Sequence, args: argparse.Namespace) -> Iterator:
-    """The batches, with a progress bar on stderr when reading a file."""
-    if not args.input:
-        return iter(batches)
-    from tqdm import tqdm
-
-    return iter(tqdm(batches, desc="predict", unit="batch", file=sys.stderr))
-
-
 def predict_command(args: argparse.Namespace,
                     rows_of: Callable[[argparse.Namespace, str, List[List[str]]], Sequence[str]]) -> int:
     """budget-predict's body, whichever model predicts: the input read (a bad line stops
-    the command before the model loads), ``rows_of(args, name, examples)`` written."""
+    the command before the model loads), ``rows_of(args, name, examples)`` (the header,
+    then a row per example) written."""
     def body():
         name, examples = read_input(args)
         write_rows(args, rows_of(args, name, examples))
