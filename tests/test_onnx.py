@@ -25,6 +25,7 @@ from helpers import (
     assert_close,
     build_model,
     pair_task_training,
+    program_of,
     random_tokens,
     run,
     wordpiece_pair_task,
@@ -194,8 +195,8 @@ def test_a_dense_checkpoint_exports_whole_and_refuses_a_dial(pair_task, tmp_path
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["heads"] == [4, 4] and manifest["neurons"] == [64, 64] and manifest["model_flops_ratio"] == 1.0
     assert manifest["checked_on"]["max_abs_logit_difference"]["fp32"] < 1e-4 and list(manifest["files"]) == ["fp32"]
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "export_onnx.py"), str(save / "checkpoint_best.pt"),
-                           str(tmp_path / "refused"), "--data", str(data), "--width", "0.5"], capture_output=True,
+    proc = subprocess.run(program_of([sys.executable, REPO / "scripts" / "export_onnx.py", save / "checkpoint_best.pt",
+                                      tmp_path / "refused", "--data", data, "--width", "0.5"]), capture_output=True,
                           text=True)
     assert proc.returncode == 2 and "this one exports whole" in proc.stderr and not (tmp_path / "refused").exists()
     # an export replaces its folder whole: a folder that is not an export is refused, and kept

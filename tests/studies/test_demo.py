@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from helpers import PLUGIN_DIR, REPO, parse_metrics, run
+from helpers import PLUGIN_DIR, REPO, parse_metrics, program_of, python_script, run
 
 spec = importlib.util.spec_from_file_location("demo", REPO / "examples" / "budgetformer" / "demo.py")
 demo = importlib.util.module_from_spec(spec)
@@ -45,7 +45,8 @@ def test_the_toy_reviews_are_seeded_balanced_and_labelled_by_their_words(tmp_pat
 def script(name, *args, stdin=None, env=None):
     env = dict(env or os.environ, OMP_NUM_THREADS="1")
     folder = "examples/budgetformer" if name in ("demo.py", "benchmark.py") else "scripts"
-    proc = subprocess.run([sys.executable, str(REPO / folder / name), *map(str, args)], capture_output=True,
+    # forked from the tests' server, which has imported torch and fairseq (forked_tools.py)
+    proc = subprocess.run([*python_script(REPO / folder / name), *map(str, args)], capture_output=True,
                           text=True, env=env, input=stdin, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
@@ -137,8 +138,8 @@ def test_a_user_dials_exports_and_predicts_with_the_demos_model(quick):
     assert again.count("done before, with the same options") == 5 and "$ fairseq-train" not in again
     assert nested.read_bytes() == trained
     # other options are refused, naming the first step they change; nothing is touched
-    refused = subprocess.run([sys.executable, *map(str, [REPO / "scripts" / "finetune.py", model, data, checkpoints,
-                                                         "--min-heads", 1, "--epochs", 2, "--cpu", "--lr", "3e-4"])],
+    refused = subprocess.run(program_of([sys.executable, REPO / "scripts" / "finetune.py", model, data, checkpoints,
+                                         "--min-heads", 1, "--epochs", 2, "--cpu", "--lr", "3e-4"]),
                              capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert refused.returncode == 2 and "$ fairseq-train" not in refused.stdout
     assert f"error: {checkpoints}: its dense step was run with other options: --lr 0.0001 (now 0.0003)" in \
