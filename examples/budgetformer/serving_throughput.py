@@ -38,12 +38,13 @@ def main(argv=None) -> int:
     add_arguments(parser, REPO / "results" / "serving")
     parser.add_argument("--texts", type=Path, required=True, help="the raw test split (TSV, text first)")
     parser.add_argument("--singles", type=int, default=200, help="texts sent one at a time (default: %(default)s)")
+    parser.add_argument("--widths", nargs="+", default=list(DIAL_WIDTHS), help="(default: every width of the dial)")
     args = parser.parse_args(argv)
 
     def body():
         recipe_checkpoints(args.save_dir)
         texts = test_sentences(args.texts)
-        predictors = predictors_of(args.save_dir, args.data, DIAL_WIDTHS, args.threads, log)
+        predictors = predictors_of(args.save_dir, args.data, args.widths, args.threads, log)
         study = {"dataset": args.dataset, "seed": args.seed, "threads": args.threads, "rounds": args.repeats,
                  "singles": min(args.singles, len(texts)), "batch_texts": len(texts),
                  "throughput": throughput(predictors, texts[:args.singles], texts, args.repeats, log)}
