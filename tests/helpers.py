@@ -436,9 +436,10 @@ PAIRS = [  # accents, unknown words and characters, long inputs
 ]
 
 
-def wordpiece_pair_task(root: Path):
+def wordpiece_pair_task(root: Path, truncate=None):
     """A tiny BERT with WordPiece's vocabulary converted into ``root``/model and an RTE-like
-    pair task prepared with it into ``root``/RTE-bin; returns (data, model folder)."""
+    pair task prepared with it into ``root``/RTE-bin (each input cut to ``truncate`` pieces,
+    as budget-prepare --truncate-tokens); returns (data, model folder)."""
     from budget_plugin.data.prepare import prepare_task
     from budget_plugin.tools.tiny_bert import SPECIAL_TOKENS, TINY, write_bert
 
@@ -454,7 +455,7 @@ def wordpiece_pair_task(root: Path):
                  for i, (a, b) in enumerate(PAIRS * (n // len(PAIRS)))]
         (raw / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
     (raw / "test.tsv").write_text("index\tsentence1\tsentence2\n0\tgood\tbad\n", encoding="utf-8")
-    prepare_task(raw, root, wordpiece=model, max_positions=128, log=lambda m: None)
+    prepare_task(raw, root, wordpiece=model, max_positions=128, truncate=truncate, log=lambda m: None)
     return root / "RTE-bin", model
 
 

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers import PAIRS, REPO, WORDPIECE_PIECES, pair_task_training, run
+from helpers import PAIRS, REPO, pair_task_training, run, wordpiece_pair_task
 
 from budget_serve import Prediction, Predictor
 from budget_serve.errors import DataError
@@ -20,26 +20,6 @@ from budget_serve.manifest import check_runtime, version
 
 pytestmark = pytest.mark.slow
 TRUNCATE = 4  # pieces per input, as budget-prepare --truncate-tokens cut the training data
-
-
-def prepared_pair_task(root: Path, truncate=None):
-    """helpers.py's WordPiece pair task, prepared with ``truncate`` pieces per input."""
-    from budget_plugin.data.prepare import prepare_task
-    from budget_plugin.tools.tiny_bert import SPECIAL_TOKENS, TINY, write_bert
-
-    vocab = SPECIAL_TOKENS + WORDPIECE_PIECES
-    bert = write_bert(root / "bert", dict(TINY, vocab_size=len(vocab), max_position_embeddings=128), vocab)
-    run([sys.executable, REPO / "scripts" / "convert_bert.py", bert, root / "model"])
-    raw = root / "RTE"
-    raw.mkdir()
-    for split, n in (("train", 64), ("dev", 16)):
-        rows = ["index\tsentence1\tsentence2\tlabel"]
-        rows += [f"{i}\t{a}\t{b}\t{'entailment' if i % 2 else 'not_entailment'}"
-                 for i, (a, b) in enumerate(PAIRS * (n // len(PAIRS)))]
-        (raw / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    (raw / "test.tsv").write_text("index\tsentence1\tsentence2\n0\tgood\tbad\n", encoding="utf-8")
-    prepare_task(raw, root, wordpiece=root / "model", max_positions=128, truncate=truncate, log=lambda m: None)
-    return root / "RTE-bin", root / "model"
 
 
 def export(checkpoint: Path, data: Path, out: Path, *extra) -> Path:
@@ -52,7 +32,7 @@ def pairs(tmp_path_factory):
     """The pair task cut at TRUNCATE pieces per input, a RoBERTa trained on it, exported
     (fp32 and int8)."""
     root = tmp_path_factory.mktemp("serve-pairs")
-    data, model = prepared_pair_task(root, TRUNCATE)
+    data, model = wordpiece_pair_task(root, TRUNCATE)
     run(pair_task_training(data, model, root / "dense", "--max-epoch", 1, dense=True))
     return data, root / "dense", export(root / "dense" / "checkpoint_best.pt", data, root / "onnx", "--int8")
 
