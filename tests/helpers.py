@@ -356,6 +356,15 @@ def sst_like_task(root: Path) -> Path:
     return root / "SST-2-bin"
 
 
+def trained_sst_like(tmp_path_factory):
+    """A tiny SST-2-layout task prepared by the real preparation, and a model trained on it
+    (2 epochs): (data, checkpoint folder)."""
+    data = sst_like_task(tmp_path_factory.mktemp("sst"))
+    save = tmp_path_factory.mktemp("sst-ckpt")
+    run(train_args(data, save, epochs=2))
+    return data, save
+
+
 def write_toy_task(folder, seed=0, sizes=(("train", 320), ("dev", 40), ("test", 40))):
     """SST-2's layout with a labelled test split; the label is which half of the
     vocabulary (w0-w9 or w10-w19, the tiny BERT's pieces) a sentence draws from."""

@@ -208,15 +208,21 @@ with open(f"{sys.argv[2]}/result{rank}.json", "w") as f:
 """
 
 
+def worker_results(tmp_path, source: str):
+    """``source`` run as two torchrun workers; each rank's result (result{rank}.json), and
+    the run's output."""
+    script = tmp_path / "worker.py"
+    script.write_text(source)
+    output = torchrun(2, [script, REPO, tmp_path])
+    files = [tmp_path / f"result{rank}.json" for rank in (0, 1)]
+    assert all(f.exists() for f in files), output[-3000:]
+    return [json.loads(f.read_text()) for f in files], output
+
+
 @pytest.mark.slow
 def test_ddp_reducer_sees_every_budgeted_parameter_used(tmp_path):
-    script = tmp_path / "ddp_worker.py"
-    script.write_text(DDP_WORKER)
-    output = torchrun(2, [script, REPO, tmp_path])
-    files = {rank: tmp_path / f"result{rank}.json" for rank in (0, 1)}
-    assert all(f.exists() for f in files.values()), output[-3000:]
-    results = {rank: json.loads(f.read_text()) for rank, f in files.items()}
-    for rank, result in results.items():
+    results, _ = worker_results(tmp_path, DDP_WORKER)
+    for result in results:
         # without find_unused_parameters, DDP raises on any parameter left out of the loss:
         # with the LM head frozen, every other parameter (routers included) is used
         strict = result["strict"]
@@ -309,10 +315,7 @@ with open(f"{sys.argv[2]}/result{rank}.json", "w") as f:
 
 @pytest.mark.slow
 def test_the_ddp_reducer_averages_the_sandwichs_gradients_exactly(tmp_path):
-    script = tmp_path / "worker.py"
-    script.write_text(SANDWICH_WORKER)
-    output = torchrun(2, [script, REPO, tmp_path])
-    results = [json.loads((tmp_path / f"result{rank}.json").read_text()) for rank in (0, 1)]
+    results, output = worker_results(tmp_path, SANDWICH_WORKER)
     trainable = sum(1 for name, _ in build_model(num_classes=2, head_selection="nested", min_heads=1).named_parameters()
                     if not name.startswith("encoder.lm_head."))
     for result in results:

@@ -10,7 +10,7 @@ from fairseq import checkpoint_utils
 from fairseq.data.data_utils import collate_tokens
 
 from budget_plugin import BudgetFormerModel
-from helpers import REPO, assert_close, make_classification_data, run, sst_like_task, train_args
+from helpers import REPO, assert_close, make_classification_data, run, train_args, trained_sst_like
 
 TINY_ROBERTA = ["--arch", "roberta", "--encoder-layers", 2, "--encoder-embed-dim", 64,
                 "--encoder-ffn-embed-dim", 128, "--encoder-attention-heads", 4]
@@ -20,11 +20,7 @@ pytestmark = pytest.mark.slow  # every test here runs the fairseq tools
 
 @pytest.fixture(scope="module")
 def trained_sst(tmp_path_factory):
-    """A tiny SST-2-layout task prepared by the real preparation, and a model trained on it."""
-    data = sst_like_task(tmp_path_factory.mktemp("sst"))
-    save = tmp_path_factory.mktemp("sst-ckpt")
-    run(train_args(data, save, epochs=2))
-    return data, save
+    return trained_sst_like(tmp_path_factory)
 
 
 def test_from_pretrained_encode_predict_head_usage(trained_sst):

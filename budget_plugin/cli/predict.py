@@ -14,16 +14,15 @@ is a line without text; nothing is predicted until every line reads.
 """
 
 import argparse
-import json
 import sys
-from pathlib import Path
 from typing import Iterator, List, Optional, Sequence
 
 import torch
 from fairseq.data import data_utils
 
-from budget_plugin.data.prepare import PREPARED
+from budget_plugin.data.prepare import prepared_record
 from budget_plugin.models.hub_interface import head_choice_of
+from budget_plugin.tools.evaluation import label_names
 from budget_plugin.tools.hub import add_checkpoint_arguments, load_hub
 from budget_serve.predict import main as onnx_main
 from budget_serve.texts import (
@@ -31,6 +30,7 @@ from budget_serve.texts import (
     check_io_arguments,
     fitted,
     header,
+    heads_columns,
     input_texts,
     predict_command,
     prediction_columns,
@@ -67,12 +67,6 @@ def asks_for_onnx(argv: Sequence[str]) -> bool:
     return any(arg == "--onnx" or arg.startswith("--onnx=") for arg in argv)
 
 
-def prepared_cut(data: Path) -> Optional[int]:
-    """The pieces per input budget-prepare kept (--truncate-tokens), as its record says."""
-    record = data / PREPARED
-    return json.loads(record.read_text(encoding="utf-8")).get("truncate_tokens") if record.is_file() else None
-
-
 def encode(hub, texts: Sequence[str], pieces_per_input: Optional[int]) -> List[int]:
     """The hub's ``encode``, each input cut to its first pieces as the data's were."""
     pieces = [" ".join(hub.bpe.encode(text).split()[:pieces_per_input]) for text in texts]
@@ -80,25 +74,24 @@ def encode(hub, texts: Sequence[str], pieces_per_input: Optional[int]) -> List[i
     return hub.task.source_dictionary.encode_line(line, append_eos=False, add_if_not_exist=False).tolist()
 
 
-def heads_run(model, extra: dict, row: int) -> str:
-    """The heads per layer and the heads that example ``row`` of a batch ran (a RoBERTa:
-    every head), as two TSV columns."""
+def heads_run(model, extra: dict, batch: int) -> List[str]:
+    """Each of the batch's examples' heads per layer and the heads it ran, as two TSV
+    columns (a RoBERTa, without budget statistics: every head)."""
     if "budget" not in extra:
         layers, heads = model.args.encoder_layers, model.args.encoder_attention_heads
-        return ",".join([str(heads)] * layers) + "\t" + "|".join([".".join(map(str, range(heads)))] * layers)
+        return [heads_columns([heads] * layers, [range(heads)] * layers)] * batch
     choice = head_choice_of(extra)
-    selected = "|".join(".".join(map(str, layer.nonzero().flatten().tolist())) for layer in choice.selected[row])
-    return ",".join(map(str, choice.heads[row].tolist())) + "\t" + selected
+    return [heads_columns(heads.tolist(), [layer.nonzero().flatten().tolist() for layer in selected])
+            for heads, selected in zip(choice.heads, choice.selected)]
 
 
 def predict_rows(args: argparse.Namespace, name: str, examples: List[List[str]]) -> List[str]:
     hub = load_hub(args)
     if torch.cuda.is_available() and not args.cpu:
         hub.cuda()
-    regression, labels = bool(hub.task.cfg.regression_target), hub.task.label_dictionary
-    names = [] if regression else [labels.string([i + labels.nspecial]) for i in range(hub.model.classification_heads[
-        args.head].out_proj.out_features)]
-    inputs, cut = 2 if (args.data / "input1").is_dir() else 1, prepared_cut(args.data)
+    regression = bool(hub.task.cfg.regression_target)
+    names = [] if regression else label_names(hub.task, hub.model.classification_heads[args.head].out_proj.out_features)
+    inputs, cut = 2 if (args.data / "input1").is_dir() else 1, prepared_record(args.data).get("truncate_tokens")
     encoded = [torch.as_tensor(fitted(encode(hub, input_texts(fields, inputs, f"{name}:{number}"), cut),
                                       hub.model.max_positions(), args.too_long, name, number))
                for number, fields in enumerate(examples, 1)]
@@ -110,10 +103,9 @@ def predict_rows(args: argparse.Namespace, name: str, examples: List[List[str]])
         with torch.no_grad():  # one forward: the prediction and the heads it ran
             features, extra = hub.model(batch.to(hub.device), features_only=True)
             logits = hub.model.classification_heads[args.head](features).float()
-        outputs = logits if regression else logits.softmax(dim=-1)
-        for row, i in enumerate(chosen):
-            rows[i] = f"{i + 1}\t{prediction_columns(outputs[row].tolist(), names, regression, args.all_scores)}" \
-                      f"\t{heads_run(hub.model, extra, row)}"
+        outputs = (logits if regression else logits.softmax(dim=-1)).tolist()
+        for i, output, heads in zip(chosen, outputs, heads_run(hub.model, extra, len(chosen))):
+            rows[i] = f"{i + 1}\t{prediction_columns(output, names, regression, args.all_scores)}\t{heads}"
     return [header(regression, names if args.all_scores else ())] + rows
 
 

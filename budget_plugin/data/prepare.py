@@ -3,6 +3,7 @@ train a sentencepiece model (or take a pretrained model's WordPiece vocabulary),
 and binarize every split into ``<name>-bin/``."""
 
 import argparse
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -27,6 +28,12 @@ from budget_plugin.tools.files import building_dir, write_json
 
 # the prepared folder's record of how its inputs were made (read by budget-predict and the ONNX export)
 PREPARED = "prepared.json"
+
+
+def prepared_record(data: Path) -> dict:
+    """A prepared data folder's record (empty for a folder prepared before it was kept)."""
+    path = Path(data) / PREPARED
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
 def _log(message: str) -> None:

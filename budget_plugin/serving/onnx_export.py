@@ -17,23 +17,22 @@ Everything is written into a temporary folder that becomes OUT_DIR only when com
 import contextlib
 import hashlib
 import io
-import json
 import logging
 import sys
 import warnings
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence
 
 import torch
 
-from budget_plugin.data.prepare import PREPARED
+from budget_plugin.data.prepare import prepared_record
 from budget_plugin.encoders.wordpiece import load_wordpiece, tokenizer_file
 from budget_plugin.modules.flops import attention_flops, ffn_flops
 from budget_plugin.nested.export import chosen_cut, pruned_checkpoint
 from budget_plugin.serving.plain_model import PlainClassifier
 from budget_plugin.tools.checkpoints import as_budgetformer, load_checkpoint, model_options, read
 from budget_plugin.tools.errors import DataError
-from budget_plugin.tools.evaluation import split_batches, tokens
+from budget_plugin.tools.evaluation import label_names, split_batches, tokens
 from budget_plugin.tools.files import building_dir, write_json
 from budget_serve.manifest import MANIFEST, MANIFEST_FORMAT, runtime_requirements
 from budget_serve.predictor import session
@@ -146,12 +145,6 @@ def compare(reference: Callable[[torch.Tensor], torch.Tensor], batches: Sequence
     return {name: scale * value / total for name, value in found.items()}, difference
 
 
-def labels_of(task, classes: int) -> List[str]:
-    """The label names in the classifier's output order."""
-    dictionary = task.label_dictionary
-    return [dictionary[i + dictionary.nspecial] for i in range(classes)]
-
-
 def exportable(state: dict, checkpoint: Path, head_ratio: Optional[str], width: Optional[str], data: Path):
     """The fairseq model to export: a nested checkpoint cut at its setting (whole if none;
     a ratio --head-ratio reads the dial's runs on ``data``), a RoBERTa or an export whole;
@@ -230,7 +223,7 @@ def export_onnx(checkpoint: Path, data: Path, out_dir: Path, head_ratio: Optiona
             "model_flops_ratio": layers_flops_ratio(plain.heads, plain.neurons, args, length),
             "task": "regression" if regression else "classification",
             "inputs": 2 if (Path(data) / "input1").is_dir() else 1,
-            "labels": [] if regression else labels_of(task, plain.out_proj.out_features),
+            "labels": [] if regression else label_names(task, plain.out_proj.out_features),
             "max_positions": plain.max_positions,
             # as the data's inputs were cut (budget-prepare --truncate-tokens), then the whole to max_positions
             "truncation": {"pieces_per_input": prepared_record(data).get("truncate_tokens"),
@@ -245,12 +238,6 @@ def export_onnx(checkpoint: Path, data: Path, out_dir: Path, head_ratio: Optiona
         }
         write_json(tmp / MANIFEST, manifest)
     return manifest
-
-
-def prepared_record(data: Path) -> dict:
-    """budget-prepare's record of the data folder (none for a folder prepared before it was kept)."""
-    path = Path(data) / PREPARED
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
 def versions() -> Dict[str, str]:

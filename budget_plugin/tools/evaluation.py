@@ -101,3 +101,9 @@ def heads_per_input(model, batches: Iterable[dict]) -> Tuple[torch.Tensor, Optio
         if "target" in sample:
             targets.append(sample["target"].view(-1).cpu())
     return torch.cat(selected), (torch.cat(targets) if targets else None)
+
+
+def label_names(task, classes: int) -> List[str]:
+    """The task's label names in the classifier's output order."""
+    dictionary = task.label_dictionary
+    return [dictionary[i + dictionary.nspecial] for i in range(classes)]

@@ -18,6 +18,7 @@ from .texts import (
     check_io_arguments,
     fitted,
     header,
+    heads_columns,
     input_texts,
     predict_command,
     prediction_columns,
@@ -46,7 +47,7 @@ def predict_rows(args: argparse.Namespace, name: str, examples: List[List[str]])
                for number, fields in enumerate(examples, 1)]
     outputs = predictor.outputs(encoded, args.batch_size) if encoded else []
     heads = predictor.manifest["heads"]
-    run = ",".join(map(str, heads)) + "\t" + "|".join(".".join(map(str, range(h))) for h in heads)
+    run = heads_columns(heads, [range(h) for h in heads])  # an export runs its first heads for every input
     labels, regression = predictor.labels, predictor.regression
     columns = header(regression, labels if args.all_scores and not regression else ())
     return [columns] + [f"{number}\t{prediction_columns(row, labels, regression, args.all_scores)}\t{run}"

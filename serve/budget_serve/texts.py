@@ -44,6 +44,11 @@ def prediction_columns(probabilities: Sequence[float], labels: Sequence[str], re
     return "\t".join(columns + ([f"{p:.4f}" for p in probabilities] if all_scores else []))
 
 
+def heads_columns(counts: Sequence[int], selected: Sequence[Sequence[int]]) -> str:
+    """The heads each layer ran (``3,2,5,4``) and which (``0.3.5|1.2|...``): two TSV columns."""
+    return ",".join(map(str, counts)) + "\t" + "|".join(".".join(map(str, heads)) for heads in selected)
+
+
 def utf8_lines(stream: BinaryIO) -> Iterator[Tuple[int, Union[str, UnicodeDecodeError]]]:
     """Yield (line number, line) from a binary stream, without the line ending: the
     line decoded as UTF-8, or the decode error, so that the caller names the line."""

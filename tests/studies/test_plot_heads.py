@@ -7,18 +7,14 @@ import sys
 
 import pytest
 
-from helpers import REPO, run, sst_like_task, train_args
+from helpers import REPO, run, trained_sst_like
 
 pytestmark = pytest.mark.slow  # trains with the fairseq tools
 
 
 @pytest.fixture(scope="module")
 def trained_sst(tmp_path_factory):
-    """A tiny SST-2-layout task prepared by the real preparation, and a model trained on it."""
-    data = sst_like_task(tmp_path_factory.mktemp("sst"))
-    save = tmp_path_factory.mktemp("sst-ckpt")
-    run(train_args(data, save, epochs=2))
-    return data, save
+    return trained_sst_like(tmp_path_factory)
 
 
 def test_plot_heads_writes_pictures(trained_sst, tmp_path):
