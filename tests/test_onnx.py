@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 import torch
@@ -74,6 +75,33 @@ def test_the_onnx_graph_equals_the_model_at_other_batches_and_lengths(tmp_path):
             expected = model(tokens, classification_head_name=HEAD)[0].numpy()
         found = runtime.run(None, {"tokens": tokens.numpy()})[0]
         assert_close(found, expected, rtol=ONNX_RTOL)
+
+
+def optimized_ops(graph, out, **session_options) -> Counter:
+    """The operators of ``graph`` once ONNX Runtime's CPU session has optimized it."""
+    import onnx
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    options.optimized_model_filepath = str(out)
+    session(graph, threads=1, options=options) if not session_options else \
+        onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"], **session_options)
+    return Counter(node.op_type for node in onnx.load(str(out)).graph.node)
+
+
+def test_the_served_graph_fuses_gelu_and_keeps_layer_norms_apart(tmp_path):
+    """GELU is written in the order ONNX Runtime fuses into one op, and budget_serve's CPU
+    session leaves each residual Add + LayerNormalization as written (the runtime's
+    SkipLayerNormalization kernel is the slower on the CPU), which a plain session fuses."""
+    plain = PlainClassifier(cut_model([3, 2], [48, 33]), HEAD)
+    export_graph(plain, random_tokens(batch=2, length=7, pad_lengths=(7, 4)), tmp_path / "model.onnx")
+    served = optimized_ops(tmp_path / "model.onnx", tmp_path / "served.onnx")
+    assert served["Erf"] == 0 and served["BiasGelu"] + served["Gelu"] == len(plain.layers)
+    assert served["SkipLayerNormalization"] == 0
+    assert served["LayerNormalization"] == 1 + 2 * len(plain.layers)  # the embeddings', then two a layer
+    fused = optimized_ops(tmp_path / "model.onnx", tmp_path / "fused.onnx", disabled_optimizers=[])
+    assert fused["SkipLayerNormalization"] == 1 + 2 * len(plain.layers)  # each follows an Add
 
 
 def test_the_flops_ratio_of_a_cut_counts_heads_and_neurons():

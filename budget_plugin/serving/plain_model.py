@@ -8,33 +8,48 @@ model (nested/export.py) is just narrower: each layer keeps its own heads and FF
 neurons, read off its weights' shapes."""
 
 import copy
-from typing import List
+import math
+from typing import Callable, List
 
 import torch
 from fairseq.modules import LearnedPositionalEmbedding
+from fairseq.modules.gelu import gelu
 from torch import Tensor, nn
 
 
+def erf_gelu(x: Tensor) -> Tensor:
+    """fairseq's ``gelu`` (erf, not tanh) in the order ONNX Runtime fuses into one Gelu
+    (x * 0.5 first, then times 1 + erf(x / sqrt 2)); torch's exporter writes F.gelu as
+    0.5 * (1 + erf) * x, which the runtime leaves as five element-wise passes."""
+    return x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+def exportable_activation(activation: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
+    return erf_gelu if activation is gelu else activation
+
+
 class PlainAttention(nn.Module):
-    """fairseq's MultiheadAttention at inference (self-attention over a padded batch):
-    q scaled by d^-0.5 after its projection, padded keys masked with -inf."""
+    """fairseq's MultiheadAttention at inference (self-attention over a padded batch),
+    with q, k and v in one projection (one matrix product where fairseq runs three) and
+    q's d^-0.5 folded into its rows; padded keys masked with -inf."""
 
     def __init__(self, attention: nn.Module):
         super().__init__()
         self.head_dim = attention.head_dim
         self.heads = attention.q_proj.out_features // self.head_dim  # the heads this layer holds
-        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (
-            copy.deepcopy(getattr(attention, name)) for name in ("q_proj", "k_proj", "v_proj", "out_proj"))
+        q, k, v = attention.q_proj, attention.k_proj, attention.v_proj
+        scale = self.head_dim ** -0.5
+        self.qkv = nn.Linear(q.in_features, 3 * q.out_features)
+        with torch.no_grad():
+            self.qkv.weight.copy_(torch.cat([q.weight * scale, k.weight, v.weight]))
+            self.qkv.bias.copy_(torch.cat([q.bias * scale, k.bias, v.bias]))
+        self.out_proj = copy.deepcopy(attention.out_proj)
 
     def forward(self, x: Tensor, key_padding: Tensor) -> Tensor:  # x: B x T x C; key_padding: B x 1 x 1 x T
         B, T, _ = x.shape
-
-        def split(t: Tensor) -> Tensor:  # B x T x h*d -> B x h x T x d
-            return t.reshape(B, T, self.heads, self.head_dim).transpose(1, 2)
-
-        q = split(self.q_proj(x)) * (self.head_dim ** -0.5)
-        scores = (q @ split(self.k_proj(x)).transpose(2, 3)).masked_fill(key_padding, float("-inf"))
-        heads = torch.softmax(scores, dim=-1) @ split(self.v_proj(x))
+        q, k, v = self.qkv(x).reshape(B, T, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)  # each B x h x T x d
+        scores = (q @ k.transpose(2, 3)).masked_fill(key_padding, float("-inf"))
+        heads = torch.softmax(scores, dim=-1) @ v
         return self.out_proj(heads.transpose(1, 2).reshape(B, T, self.heads * self.head_dim))
 
 
@@ -46,7 +61,7 @@ class PlainLayer(nn.Module):
         self.self_attn = PlainAttention(layer.self_attn)
         self.self_attn_layer_norm, self.final_layer_norm, self.fc1, self.fc2 = (
             copy.deepcopy(getattr(layer, name)) for name in ("self_attn_layer_norm", "final_layer_norm", "fc1", "fc2"))
-        self.activation_fn = layer.activation_fn
+        self.activation_fn = exportable_activation(layer.activation_fn)
         self.normalize_before = layer.normalize_before
 
     def forward(self, x: Tensor, key_padding: Tensor) -> Tensor:
