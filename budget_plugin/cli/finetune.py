@@ -4,8 +4,11 @@ serves every head budget, dialled at serving time.
 Runs, through fairseq-train: the dense fine-tuning (fairseq's ``roberta``), the heads'
 importance, their reordering (so that a budget is a prefix of the most important
 heads), the nested fine-tuning (every budget at once), and the calibration of the
-budget dial on dev; then scores the nested model on dev at several ``--head-ratio`` (in
-this process, as fairseq-validate scores them). Prints each fairseq command and
+budget dial on dev; then scores the nested model on dev at several ``--head-ratio`` and
+``--width`` (in this process, as fairseq-validate scores them) and, with the export extra
+installed, exports dense and each width to ONNX Runtime int8 (SAVE_DIR/onnx/), times them
+on dev at batch 1 and 32 and marks the fastest width within a point of dense on dev
+(serving/width_latency.py). Prints each fairseq command and
 fairseq's progress; a step that finished is not run again, so the same command
 resumes where it stopped, and a command whose options differ from a finished step's is
 refused unless ``--redo`` is given (budget_plugin/nested/recipe.py). Trains on the GPU
@@ -20,6 +23,7 @@ SAVE_DIR/dense/checkpoint_best.pt and SAVE_DIR/nested/checkpoint_best.pt.
 """
 
 import argparse
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -29,6 +33,7 @@ from budget_plugin.data.binarize import num_classes
 from budget_plugin.dial.width import WIDTHS
 from budget_plugin.nested import finetune
 from budget_plugin.nested.recipe import NestedRecipe, finetune_nested
+from budget_plugin.serving.width_latency import DENSE, serving_summary
 from budget_plugin.tools.checkpoints import load_checkpoint
 from budget_plugin.tools.errors import DataError, run_cli
 from budget_plugin.tools.evaluation import accuracy_and_ratio, scored, split_batches
@@ -68,6 +73,9 @@ def main(argv=None) -> int:
     parser.add_argument("--cpu", action="store_true", help="train on the CPU even where there is a GPU "
                         "(default: the GPU when there is one)")
     parser.add_argument("--fp16", action="store_true", help="train in half precision (fairseq's --fp16; GPU only)")
+    parser.add_argument("--no-latency", action="store_true",
+                        help="skip the summary's ONNX Runtime int8 exports and timings of each width (default: "
+                        "run them when onnxruntime is installed: the export extra)")
     parser.add_argument("--redo", action="store_true",
                         help="where SAVE_DIR holds steps run with other options, run them again (default: refuse)")
     args = parser.parse_args(argv)
@@ -96,17 +104,24 @@ def main(argv=None) -> int:
                                redo=args.redo, cpu=cpu, fp16=args.fp16)
         dense, task = load_checkpoint(best["dense"], args.data_dir)
         dev = split_batches(task, 64, "valid")
-        log(f"dev accuracy: dense {accuracy_and_ratio(dense, dev)[0]:.2f}")
+        dense_dev = accuracy_and_ratio(dense, dev)[0]
+        log(f"dev accuracy: dense {dense_dev:.2f}")
         nested, _ = load_checkpoint(best["nested"], args.data_dir)
         heads = nested.args.encoder_attention_heads
         for ratio in [r for r in DIAL if float(r) >= args.min_heads / heads]:  # none below the smallest width
             with nested.dialled(ratio):
                 accuracy, found = accuracy_and_ratio(nested, dev)
             log(f"dev accuracy: nested --head-ratio {ratio}: {accuracy:.2f} (head ratio {found:.3f})")
+        widths = {DENSE: dense_dev}
         for width in [w for w in WIDTHS if float(w) >= args.min_ffn_ratio > 0]:  # none below the smallest trained
             found = scored(nested, dev, dial=nested.width_dial(width))
+            widths[f"width {width}"] = found.accuracy
             log(f"dev accuracy: nested --width {width}: {found.accuracy:.2f} (FLOPs {found.model_flops_ratio:.3f} of "
                 "the full width's)")
+        if len(widths) > 1 and not args.no_latency and importlib.util.find_spec("onnxruntime"):
+            summary = serving_summary(args.save_dir, args.data_dir, best, widths, split_batches(task, 32, "valid"),
+                                      task.source_dictionary.pad(), args.threads or 2, log)
+            print("\n".join(summary), flush=True)
         log("the same with fairseq-validate: fairseq-validate DATA --user-dir \"$(budget-user-dir)\" --task "
             "budget_sentence_prediction --criterion budget_sentence_prediction --path "
             f"{best['nested']} --head-ratio R (or --width R)")

@@ -13,6 +13,7 @@ import sys
 import pytest
 import torch
 
+from budget_plugin.dial.width import WIDTHS
 from helpers import PLUGIN_DIR, REPO, parse_metrics, program_of, python_script, run
 
 spec = importlib.util.spec_from_file_location("demo", REPO / "examples" / "budgetformer" / "demo.py")
@@ -146,6 +147,16 @@ def test_a_user_dials_exports_and_predicts_with_the_demos_model(quick):
         refused.stderr and "--redo" in refused.stderr, refused.stderr[-2000:]
     assert nested.read_bytes() == trained
     assert "dev accuracy: dense " in again and "(head ratio 0.500)" in again
+    # the summary: each width's ONNX Runtime int8 export timed beside dense's, the pick marked
+    rows = {line[3:15].strip(): (line[:2] == "->", [float(x) for x in line[15:].split()])
+            for line in again.splitlines() if line[3:15].strip().startswith(("dense", "width "))}
+    assert set(rows) == {"dense", *(f"width {w}" for w in WIDTHS)}
+    assert all(len(values) == 5 and values[1] > 0 and values[3] > 0 for _, values in rows.values())
+    assert rows["dense"][1][2] == rows["dense"][1][4] == 1.0  # the ratios' anchor
+    within = [n for n, (_, v) in rows.items() if n != "dense" and v[0] >= rows["dense"][1][0] - 1.0]
+    assert [n for n, (marked, _) in rows.items() if marked] == \
+        ([min(within, key=lambda n: rows[n][1][1])] if within else [])
+    assert all((checkpoints / "onnx" / n.replace(" ", "-") / "model.int8.onnx").is_file() for n in rows)
     assert "width_loss" in (checkpoints / "nested" / "train.log").read_text(), "the sandwich trained every width"
     order = json.loads((checkpoints / "order.json").read_text())
     importance = torch.tensor(json.loads((checkpoints / "importance.json").read_text()))

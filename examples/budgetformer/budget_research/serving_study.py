@@ -20,7 +20,6 @@ batch 1 (the first ``singles`` test sentences, one at a time) and 32 (the first
 ``batches`` batches), ``threads`` threads for torch and ONNX Runtime alike. The ONNX
 folders are cached under SAVE_DIR/onnx/ (re-exported when their checkpoint changes)."""
 
-import json
 import warnings
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
@@ -28,8 +27,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 
 from budget_plugin.nested.export import pruned_checkpoint
-from budget_plugin.serving.onnx_export import export_onnx, sha256
 from budget_plugin.serving.plain_model import PlainClassifier
+from budget_plugin.serving.width_latency import onnx_folder
 from budget_plugin.tools.checkpoints import as_budgetformer, load_checkpoint, read
 from budget_plugin.tools.evaluation import classify, split_batches, tokens
 from budget_research.timing import latencies_of, machine_info
@@ -37,17 +36,6 @@ from budget_research.width_study import DIAL_WIDTHS
 from budget_serve.predictor import session
 
 RUNTIMES = ("eager", "ONNX Runtime", "ONNX Runtime int8")
-
-
-def onnx_folder(checkpoint: Path, data: Path, folder: Path, width: Optional[str], log) -> dict:
-    """The export's manifest, exported anew unless ``folder`` holds this checkpoint's."""
-    manifest = folder / "manifest.json"
-    if manifest.is_file():
-        found = json.loads(manifest.read_text())
-        if found["source"]["sha256"] == sha256(checkpoint) and found["setting"]["width"] == width:
-            return found
-    log(f"exporting {checkpoint} at width {width or 'whole'} to {folder}")
-    return export_onnx(checkpoint, data, folder, width=width, int8=True, log=log)
 
 
 def onnx_run(folder: Path, kind: str, threads: int) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Sequence
 
-from budget_research.serving_study import onnx_folder
+from budget_plugin.serving.width_latency import onnx_folder
 from budget_research.timing import rotation
 from budget_serve import Predictor
 
