@@ -17,8 +17,8 @@ from pathlib import Path
 logging.basicConfig(level=logging.WARNING)  # the exporter's and the quantizer's notes are not the study's
 
 from budget_plugin.tools.errors import DataError, run_cli  # noqa: E402
-from budget_plugin.tools.files import write_atomic, write_json  # noqa: E402
 from budget_plugin.tools.progress import log  # noqa: E402
+from budget_research.recipe_study import write_study  # noqa: E402
 from budget_research.standard_export import report, standard_export_study  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,10 +38,7 @@ def main(argv=None) -> int:
             if not (args.export / name).is_file():
                 raise DataError(f"{args.export / name}: not found (export with budget-export-onnx --int8)")
         study = standard_export_study(args.export, args.model, args.threads, args.rounds, log)
-        stem = args.out_dir / "standard-export"
-        write_json(stem.with_suffix(".json"), study)
-        write_atomic(stem.with_suffix(".md"), report(study))
-        print(report(study))
+        print(write_study(study, args.out_dir / "standard-export", report, figure=lambda study, path: None))
 
     return run_cli(body)
 
