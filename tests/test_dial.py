@@ -237,6 +237,24 @@ def test_train_step_backpropagates_each_width_as_it_comes_to_the_same_gradient(m
         assert_close(a, b, scale=scale)
 
 
+def test_the_sandwich_max_ratio_keeps_the_random_widths_narrow():
+    """--sandwich-max-ratio 0.5: every random width runs at most half the heads and FFN
+    neurons of each layer (and at least the smallest width); without it, wider ones are drawn."""
+    model = nested_model(min_heads=1, encoder_ffn_embed_dim=32)
+
+    def drawn(**options):
+        torch.manual_seed(0)
+        criterion = make_criterion(sandwich_widths=6, min_ffn_ratio=0.25, **options)
+        return [width for _ in range(50) for width in criterion.widths(model)[1:]]  # [0]: the smallest
+
+    narrow = drawn(sandwich_max_ratio=0.5)
+    assert all(1 <= h <= 2 for heads, _ in narrow for h in heads)
+    assert all(8 <= n <= 16 for _, neurons in narrow for n in neurons)
+    assert {h for heads, _ in narrow for h in heads} == {1, 2}
+    wide = drawn()
+    assert max(h for heads, _ in wide for h in heads) == 4 and max(n for _, ns in wide for n in ns) > 16
+
+
 def test_no_sandwich_in_evaluation():
     model = nested_model()
     sample = make_sample()

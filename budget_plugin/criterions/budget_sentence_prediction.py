@@ -62,6 +62,10 @@ class BudgetSentencePredictionConfig(SentencePredictionCriterionConfig):
         default=0.0, metadata={"help": "with --sandwich-widths, the smallest share in [0, 1] of FFN neurons a "
                                "width runs; 0: the FFN is not nested"}
     )
+    sandwich_max_ratio: float = field(
+        default=1.0, metadata={"help": "with --sandwich-widths, the largest share in (0, 1] of heads and FFN "
+                               "neurons the random widths run (below 1: more of each update at narrow widths)"}
+    )
 
 
 def check_options(cfg: BudgetSentencePredictionConfig, regression_target: bool) -> None:
@@ -74,6 +78,7 @@ def check_options(cfg: BudgetSentencePredictionConfig, regression_target: bool) 
     require(0 <= cfg.min_ffn_ratio <= 1, "min-ffn-ratio", "in [0, 1]", cfg.min_ffn_ratio)
     require(not cfg.min_ffn_ratio or cfg.sandwich_widths > 1, "min-ffn-ratio",
             "0 unless --sandwich-widths is 2 or more (the FFN's widths are the sandwich's)", cfg.min_ffn_ratio)
+    require(0 < cfg.sandwich_max_ratio <= 1, "sandwich-max-ratio", "in (0, 1]", cfg.sandwich_max_ratio)
     require(cfg.distill_hidden_weight >= 0, "distill-hidden-weight", ">= 0", cfg.distill_hidden_weight)
     require(not cfg.distill_hidden_weight or cfg.sandwich_widths > 1, "distill-hidden-weight",
             "0 unless --sandwich-widths is 2 or more (it distils the full width into narrower ones)",
@@ -121,7 +126,7 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
         self.target_head_ratio = cfg.target_head_ratio or None  # 0 and None both mean: a linear cost
         self.exploration_weight = cfg.exploration_weight
         self.sandwich_widths = cfg.sandwich_widths
-        self.min_ffn_ratio = cfg.min_ffn_ratio
+        self.min_ffn_ratio, self.max_ratio = cfg.min_ffn_ratio, cfg.sandwich_max_ratio
         self.distill_hidden_weight = cfg.distill_hidden_weight
         self.teacher = load_teacher_logits(cfg.distill_logits) if cfg.distill_logits else None
         self.distill_weight = self.distill_temperature = None  # no logits to distil
@@ -212,19 +217,21 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
 
     def widths(self, model) -> List[Tuple[List[int], Optional[List[int]]]]:
         """The sandwich's narrower widths for this update, (heads, FFN neurons) per layer
-        (neurons None: the FFN is not nested): the smallest, then random ones, drawn from
-        torch's generator, which fairseq seeds per update."""
+        (neurons None: the FFN is not nested): the smallest, then random ones of at most
+        --sandwich-max-ratio of each, drawn from torch's generator, which fairseq seeds
+        per update."""
         H, L, m = model.args.encoder_attention_heads, model.args.encoder_layers, model.budget.min_heads
         every = model.args.encoder_ffn_embed_dim
         fewest = max(1, round(self.min_ffn_ratio * every))
+        most_heads, most_neurons = max(m, round(self.max_ratio * H)), max(fewest, round(self.max_ratio * every))
 
         def neurons(draw: bool) -> Optional[List[int]]:
             if not self.min_ffn_ratio:  # and no neuron is drawn: the generator's stream stays as it was
                 return None
-            return torch.randint(fewest, every + 1, (L,)).tolist() if draw else [fewest] * L
+            return torch.randint(fewest, most_neurons + 1, (L,)).tolist() if draw else [fewest] * L
 
         smallest = [([m] * L, neurons(draw=False))] if self.sandwich_widths > 1 else []
-        return smallest + [(torch.randint(m, H + 1, (L,)).tolist(), neurons(draw=True))
+        return smallest + [(torch.randint(m, most_heads + 1, (L,)).tolist(), neurons(draw=True))
                            for _ in range(self.sandwich_widths - 2)]
 
     def fitted(self, task_loss: Tensor, logits: Tensor, teacher: Optional[Tensor]
