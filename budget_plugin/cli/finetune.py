@@ -63,6 +63,9 @@ def main(argv=None) -> int:
                         help="the smallest width, heads per layer (default: %(default)s)")
     parser.add_argument("--sandwich-widths", type=int, default=nested.sandwich_widths,
                         help="fixed widths trained per update (default: %(default)s)")
+    parser.add_argument("--sandwich-max-ratio", type=float, default=nested.sandwich_max_ratio,
+                        help="the random widths' largest share of each layer's heads and neurons "
+                        "(default: %(default)s)")
     parser.add_argument("--min-ffn-ratio", type=float, default=nested.min_ffn_ratio,
                         help="the smallest FFN width trained, a fraction of each layer's neurons; 0: the heads "
                         "alone are nested (default: %(default)s)")
@@ -97,7 +100,8 @@ def main(argv=None) -> int:
                                  max_tokens=args.max_tokens or None,
                                  validate_interval_updates=args.validate_interval_updates, save_optimizer=False)
         budgets = NestedRecipe(lr=args.lr, max_updates=args.max_updates, min_heads=args.min_heads,
-                               sandwich_widths=args.sandwich_widths, min_ffn_ratio=args.min_ffn_ratio,
+                               sandwich_widths=args.sandwich_widths, sandwich_max_ratio=args.sandwich_max_ratio,
+                               min_ffn_ratio=args.min_ffn_ratio,
                                calibration_examples=args.calibration_examples)
         log(f"training on the {'CPU' if cpu else 'GPU'}" + (" in half precision" if args.fp16 else ""))
         best = finetune_nested(args.model_dir, args.data_dir, args.save_dir, recipe, budgets, log, args.threads,

@@ -52,6 +52,9 @@ class NestedRecipe:
     max_updates: Optional[int] = None  # default: the dense step's updates
     min_heads: int = 2  # the smallest width trained (2 of MiniLM's 12: ratio 0.17)
     sandwich_widths: int = 3  # every head, the smallest, one random width per update
+    # the random width at most half of each layer's heads and neurons: more of each update at
+    # the narrow widths (chosen on MR's and TREC's dev splits: results/width/candidates-*.md)
+    sandwich_max_ratio: float = 0.5
     target_head_ratio: float = 0.5  # where the router's own budgets are held (the dial moves them)
     distill_weight: float = 0.5  # in-place distillation from the full width
     router_scale: float = 10.0
@@ -79,7 +82,8 @@ def nested_command(data: Path, model_pt: Path, reordered: Path, save_dir: Path, 
         "--task", "budget_sentence_prediction", "--arch", "budgetformer", *flags,
         "--head-selection", "nested", "--min-heads", nested.min_heads, "--router-scale", nested.router_scale,
         "--criterion", "budget_sentence_prediction", "--target-head-ratio", nested.target_head_ratio,
-        "--sandwich-widths", nested.sandwich_widths, "--distill-weight", nested.distill_weight,
+        "--sandwich-widths", nested.sandwich_widths, "--sandwich-max-ratio", nested.sandwich_max_ratio,
+        "--distill-weight", nested.distill_weight,
         *(["--min-ffn-ratio", nested.min_ffn_ratio] if nested.min_ffn_ratio else []),
         "--max-epoch", 10_000, *finetune.checkpoint_options(dense),
         "--restore-file", reordered, "--reset-optimizer", "--reset-dataloader", "--reset-meters",

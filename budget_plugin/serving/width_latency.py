@@ -42,7 +42,7 @@ def timed_inputs(batches: Sequence[dict], pad: int, singles: int, batch_count: i
 
 
 def int8_latency(folders: Dict[str, Path], batches32: Sequence[dict], pad: int, threads: int = 2,
-                 rounds: int = 3, singles: int = 32, batch_count: int = 4) -> Dict[str, Dict[str, float]]:
+                 rounds: int = 5, singles: int = 64, batch_count: int = 4) -> Dict[str, Dict[str, float]]:
     """{name: {"b1": ms per example, "b32": ms per batch}}: each folder's int8 graph in
     budget_serve's session, the median over ``rounds`` rounds that time every folder in
     turn (who goes first rotates)."""
