@@ -85,8 +85,10 @@ def optimized_ops(graph, out, **session_options) -> Counter:
     options = onnxruntime.SessionOptions()
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
     options.optimized_model_filepath = str(out)
-    session(graph, threads=1, options=options) if not session_options else \
+    if session_options:
         onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"], **session_options)
+    else:
+        session(graph, threads=1, options=options)
     return Counter(node.op_type for node in onnx.load(str(out)).graph.node)
 
 
