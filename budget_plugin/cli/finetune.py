@@ -123,7 +123,7 @@ def main(argv=None) -> int:
             log(f"dev accuracy: nested --width {width}: {found.accuracy:.2f} (FLOPs {found.model_flops_ratio:.3f} of "
                 "the full width's)")
         if len(widths) > 1 and not args.no_latency and importlib.util.find_spec("onnxruntime"):
-            summary = serving_summary(args.save_dir, args.data_dir, best, widths, split_batches(task, 32, "valid"),
+            summary, _ = serving_summary(args.save_dir, args.data_dir, best, widths, split_batches(task, 32, "valid"),
                                       task.source_dictionary.pad(), args.threads or 2, log)
             print("\n".join(summary), flush=True)
         log("the same with fairseq-validate: fairseq-validate DATA --user-dir \"$(budget-user-dir)\" --task "

@@ -10,7 +10,7 @@ import json
 import statistics
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 
 from budget_plugin.serving.onnx_export import export_onnx, sha256
@@ -87,10 +87,11 @@ def width_table(dev: Dict[str, float], latency: Dict[str, Dict[str, float]], cho
 
 
 def serving_summary(save_dir: Path, data: Path, checkpoints: Dict[str, Path], dev: Dict[str, float],
-                    batches32: Sequence[dict], pad: int, threads: int, log: Callable[[str], None]) -> List[str]:
+                    batches32: Sequence[dict], pad: int, threads: int,
+                    log: Callable[[str], None]) -> Tuple[List[str], Optional[str]]:
     """Export dense (``checkpoints["dense"]``) and each width of ``dev`` ("width R", from
-    ``checkpoints["nested"]``) under SAVE_DIR/onnx/, time their int8 graphs and return the
-    summary's lines."""
+    ``checkpoints["nested"]``) under SAVE_DIR/onnx/, time their int8 graphs; the summary's
+    lines and the pick (a name of ``dev``, or None)."""
     folders = {}
     for name in dev:
         width = None if name == DENSE else name.split()[-1]
@@ -98,4 +99,5 @@ def serving_summary(save_dir: Path, data: Path, checkpoints: Dict[str, Path], de
         onnx_folder(checkpoints[DENSE if width is None else "nested"], data, folders[name], width, log)
     log(f"timing every export's int8 graph on dev, batch 1 and 32, {threads} threads")
     latency = int8_latency(folders, batches32, pad, threads)
-    return width_table(dev, latency, pick(dev, latency))
+    chosen = pick(dev, latency)
+    return width_table(dev, latency, chosen), chosen

@@ -13,8 +13,9 @@ to end.
    ``roberta`` fine-tuned (the dense model), its heads' and FFN neurons' importance, both
    reordered by it, BudgetFormer ``--head-selection nested`` fine-tuned from it with
    every width trained at once, the dials calibrated and allocated on dev;
-3. the width: the smallest of the recipe's widths within 1.0 point of dense on dev,
-   exported physically cut (budget-export) and to ONNX Runtime with int8
+3. the width: budget-finetune's pick, the fastest of the recipe's widths on ONNX
+   Runtime int8 at batch 1 (every width exported and timed on dev beside dense) among
+   those within 1.0 point of dense on dev, exported physically cut (budget-export) and to ONNX Runtime with int8
    (budget-export-onnx), the dense model to ONNX Runtime too; fairseq-validate on dev
    and test of the dense model and the export;
 4. accuracy on dev and test and latency at batch 1 (the first 64 test sentences) and 32
@@ -56,7 +57,10 @@ from budget_plugin.data.prepare import prepare_task  # noqa: E402
 from budget_plugin.nested import finetune  # noqa: E402
 from budget_plugin.nested.export import export_pruned  # noqa: E402
 from budget_plugin.nested.recipe import NestedRecipe, finetune_nested  # noqa: E402
+from budget_plugin.serving.width_latency import DENSE, serving_summary  # noqa: E402
+from budget_plugin.tools.checkpoints import load_checkpoint  # noqa: E402
 from budget_plugin.tools.errors import DataError, DownloadError, PreprocessError  # noqa: E402
+from budget_plugin.tools.evaluation import split_batches  # noqa: E402
 from budget_plugin.tools.fairseq_cli import CommandFailed, validate  # noqa: E402
 from budget_plugin.tools.files import write_atomic, write_json  # noqa: E402
 from budget_plugin.tools.progress import log  # noqa: E402
@@ -119,13 +123,18 @@ def validate_all(checkpoints: dict, data: Path) -> dict:
     return scores
 
 
-def chosen_width(calibration: Path, dense_dev: float) -> str:
-    """The smallest width the recipe scored on dev (its chosen allocation) within 1.0 point
-    of dense's dev accuracy; the full width if none is."""
-    allocation = json.loads(calibration.read_text())["allocation"]
-    rows = allocation["widths"][allocation["chosen"]]
-    near = [width for width, row in rows.items() if row["accuracy"] >= dense_dev - 1.0]
-    return min(near, key=float) if near else "1"
+def chosen_width(save_dir: Path, data: Path, best: dict, dense_dev: float, threads: int) -> str:
+    """budget-finetune's pick (width_latency.py): the widths' dev accuracies as the recipe
+    scored them (its chosen allocation), their int8 exports timed beside dense's; the
+    summary printed. The full width if no width is within a point."""
+    allocation = json.loads((save_dir / "nested" / "calibration.json").read_text())["allocation"]
+    dev = {DENSE: dense_dev, **{f"width {w}": row["accuracy"]
+                                for w, row in allocation["widths"][allocation["chosen"]].items()}}
+    task = load_checkpoint(best["dense"], data)[1]
+    lines, chosen = serving_summary(save_dir, data, best, dev, split_batches(task, 32, "valid"),
+                                    task.source_dictionary.pad(), threads, log)
+    print("\n".join(lines), flush=True)
+    return chosen.split()[-1] if chosen else "1"
 
 
 def per_layer(counts) -> str:
@@ -189,13 +198,14 @@ def demo(args):
     train_wall = time.time() - began
 
     dense_dev = validate_all({"dense": best["dense"]}, data)["dense"]["dev_accuracy"]
-    width = chosen_width(args.save_dir / "nested" / "calibration.json", dense_dev)
+    log("step 3/6: the width: every width exported to ONNX Runtime int8 and timed beside dense on dev")
+    torch.set_num_threads(args.threads)
+    width = chosen_width(args.save_dir, data, best, dense_dev, args.threads)
     exported = args.save_dir / "exported" / "checkpoint_pruned.pt"
-    log(f"step 3/6: width {width}, the smallest within 1.0 point of dense on dev ({dense_dev:.2f}), exported cut "
-        "(budget-export) and to ONNX Runtime with int8 (budget-export-onnx), dense to ONNX Runtime; fairseq-validate")
+    log(f"width {width}: the fastest within 1.0 point of dense on dev ({dense_dev:.2f}), exported cut "
+        "(budget-export); fairseq-validate")
     export_pruned(best["nested"], exported, width=width)
     checked = validate_all({"dense": best["dense"], f"width {width}": exported}, data)
-    torch.set_num_threads(args.threads)
     runs, manifests, task = systems(args.save_dir, data, args.threads, widths=(width,), log=log)
     log(f"step 4/6: accuracy on dev and test, latency at batch 1 and 32: {len(runs)} systems interleaved")
     rows = measured(runs, task, singles=64, batches=16, repeats=args.repeats, log=log)

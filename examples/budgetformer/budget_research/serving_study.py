@@ -43,6 +43,15 @@ def onnx_run(folder: Path, kind: str, threads: int) -> Callable[[torch.Tensor], 
     return lambda x: torch.from_numpy(runtime.run(None, {"tokens": x.numpy()})[0])
 
 
+def dense_runs(dense) -> Dict[str, Callable]:
+    """The dense fairseq model in PyTorch eager, and PyTorch's dynamic int8 of it."""
+    with warnings.catch_warnings():  # torch's notice that its quantized tensors will be deprecated
+        warnings.simplefilter("ignore")
+        quantized = torch.ao.quantization.quantize_dynamic(PlainClassifier(dense), {torch.nn.Linear},
+                                                           dtype=torch.qint8)
+    return {"dense, eager": lambda x: classify(dense, x)[0], "dense, eager int8": quantized}
+
+
 def systems(save_dir: Path, data: Path, threads: int, widths=DIAL_WIDTHS,
             log=print) -> Tuple[Dict[str, Callable], Dict[str, dict], object]:
     """Each system's run (tokens -> logits) by name, the ONNX manifests by name, the task:
@@ -51,11 +60,7 @@ def systems(save_dir: Path, data: Path, threads: int, widths=DIAL_WIDTHS,
     dense, task = load_checkpoint(dense_path, data)
     nested = load_checkpoint(nested_path, data)[0]
     state = read(nested_path)
-    with warnings.catch_warnings():  # torch's notice that its quantized tensors will be deprecated
-        warnings.simplefilter("ignore")
-        quantized = torch.ao.quantization.quantize_dynamic(PlainClassifier(dense), {torch.nn.Linear},
-                                                           dtype=torch.qint8)
-    runs = {"dense, eager": lambda x: classify(dense, x)[0], "dense, eager int8": quantized}
+    runs = dense_runs(dense)
     manifests = {"dense": onnx_folder(dense_path, data, save_dir / "onnx" / "dense", None, log)}
     for width in widths:
         cut = nested.width_dial(width)
