@@ -138,11 +138,11 @@ def figure(summary: dict, path: Path) -> Optional[Path]:
             for w, n in zip(DIAL_WIDTHS, names):
                 ax.annotate(w, (rows[n][batch]["mean"], rows[n]["test"]["mean"]), textcoords="offset points",
                             xytext=(3, 3), fontsize=7)
-        for name, marker in (("width 0.5 alone", "s"), ("width 0.3 alone", "D"), ("4 of 6 layers", "^"),
-                             ("dense", "*")):
-            for runtime, fill in (("ONNX Runtime", "none"), ("ONNX Runtime int8", None)):
+        for name, marker, color in (("width 0.5 alone", "s", "tab:green"), ("width 0.3 alone", "D", "tab:purple"),
+                                    ("4 of 6 layers", "^", "tab:gray"), ("dense", "*", "tab:red")):
+            for runtime, fill in (("ONNX Runtime", "none"), ("ONNX Runtime int8", "full")):
                 r = rows[f"{name}, {runtime}"]
-                ax.plot([r[batch]["mean"]], [r["test"]["mean"]], marker, markersize=9, fillstyle=fill or "full",
+                ax.plot([r[batch]["mean"]], [r["test"]["mean"]], marker, color=color, markersize=9, fillstyle=fill,
                         label=f"{name}, {runtime}")
         r = rows["dense, eager int8"]
         ax.plot([r[batch]["mean"]], [r["test"]["mean"]], "kx", markersize=9, label="dense, PyTorch dynamic int8")
