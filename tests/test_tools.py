@@ -5,7 +5,9 @@ studies/test_study_tools.py)."""
 
 import os
 import stat
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,6 +27,7 @@ from budget_plugin.tools.building import (
 )
 from budget_plugin.tools.checkpoints import as_budgetformer, load_checkpoint, model_options, read
 from budget_plugin.tools.errors import DataError
+from budget_plugin.tools import memory
 from budget_plugin.tools.files import atomic_path, building_dir, write_atomic, write_json
 from helpers import assert_close
 
@@ -97,6 +100,29 @@ VALID_LINE = ("2024-05-01 12:00:00 | INFO | valid | epoch 003 | valid on 'valid'
               "num_updates 39")
 TRAIN_LINE = ("2024-05-01 12:00:00 | INFO | train_inner | epoch 001:     10 / 13 loss=1.009, nll_loss=0.032, "
               "lr=5e-05, gnorm=2.3, delta=-1.5e-3, gb_free=None, wall=3")
+
+
+FREED_HEAP = """
+import gc, importlib.util, re, sys
+spec = importlib.util.spec_from_file_location("memory", sys.argv[1])  # not the package: it imports fairseq
+memory = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(memory)
+def rss(): return int(re.search(r"VmRSS:\\s+(\\d+)", open("/proc/self/status").read()).group(1)) / 1024
+blocks = [bytearray(4000) for _ in range(50000)]  # 200 MB of malloc's heap, under its mmap threshold
+top = bytearray(4000)  # allocated after them: the heap cannot shrink from its end
+del blocks; gc.collect()
+before = rss()
+print(memory.release_freed_memory(), before, rss())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; malloc_trim is glibc's")
+def test_freed_heap_is_handed_back_before_a_child_runs():
+    # a fresh interpreter: this one's heap holds whatever earlier tests left
+    module = Path(memory.__file__)
+    out = subprocess.run([sys.executable, "-c", FREED_HEAP, module], capture_output=True, text=True, check=True).stdout
+    released, before, after = out.split()
+    assert released == "True" and float(before) - float(after) > 150, out
 
 
 def test_parse_metrics_reads_both_forms_exponents_and_negative_numbers():

@@ -41,6 +41,7 @@ from budget_plugin.nested.step_record import Step, recorded, run_steps
 from budget_plugin.tools.checkpoints import read
 from budget_plugin.tools.fairseq_cli import run, train_options
 from budget_plugin.tools.files import atomic_path, write_json
+from budget_plugin.tools.memory import release_freed_memory
 
 TRAINING_PROGRESS = ("| train_inner |", "valid on 'valid'", "done training")
 
@@ -95,6 +96,7 @@ def train_step(name: str, command: list, save_dir: Path, log: Callable[[str], No
     time, written last) marks it finished."""
     save_dir.mkdir(parents=True, exist_ok=True)
     log(f"{name}: $ {shlex.join(map(str, command))}")
+    release_freed_memory()  # this process's earlier steps' heap, resident beside the child's otherwise
     start = time.time()
     run(command, log_path=save_dir / "train.log", threads=threads, env=finetune.TRAIN_ENV,
         progress=lambda line: any(marker in line for marker in TRAINING_PROGRESS))
