@@ -94,7 +94,8 @@ def ordered(names) -> List[str]:
     """Systems in the report's order: dense, the nested widths, the baselines; fp32 then int8."""
     key = {n: i for i, n in enumerate(["dense", *(f"width {w}" for w in DIAL_WIDTHS),
                                        *(f"width {w} alone" for w in ALONE), "4 of 6 layers"])}
-    return sorted(names, key=lambda n: (key.get(n.split(", ")[0], len(key)), n))
+    runtimes = ("eager", "eager int8", "ONNX Runtime", "ONNX Runtime int8")
+    return sorted(names, key=lambda n: (key.get(n.split(", ")[0], len(key)), runtimes.index(n.split(", ")[1])))
 
 
 def report(summaries: List[dict]) -> str:

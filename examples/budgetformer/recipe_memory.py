@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""The whole recipe's resident memory, summed over its processes, against the dense step's
+alone (budget_research/benchmark/recipe_memory.py says how it is sampled):
+
+    python examples/budgetformer/recipe_memory.py --out-dir results/width
+
+Writes recipe-memory.{md,json}. Needs the MiniLM model and MR's TSV files (get_data.py,
+or the demo, puts them under data/minilm)."""
+
+import argparse
+import logging
+import sys
+import tempfile
+from pathlib import Path
+
+logging.basicConfig(level=logging.WARNING)  # before fairseq sets up logging at INFO
+
+from budget_plugin.tools.errors import DataError, run_cli  # noqa: E402
+from budget_plugin.tools.files import write_atomic, write_json  # noqa: E402
+from budget_research.benchmark.recipe_memory import measure  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def table(found: dict) -> str:
+    lines = ["| process | at the summed peak (GiB) | its own peak (GiB) |", "|---|---|---|"]
+    for name, own in found["own_peak_gib"].items():
+        lines.append(f"| {name} | {found['at_peak_gib'].get(name, 0.0):.2f} | {own:.2f} |")
+    lines += [f"| **all, summed** | **{found['peak_sum_gib']:.2f}** | |", "",
+              f"The recipe's summed peak is {found['ratio']:.2f}x the dense step's own peak "
+              f"({found['dense_step_peak_gib']:.2f} GiB); budget-finetune ran {found['wall_s']} s."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model-dir", type=Path, default=REPO / "data" / "minilm" / "model")
+    parser.add_argument("--mr-train", type=Path, default=REPO / "data" / "minilm" / "raw" / "MR" / "train.tsv")
+    parser.add_argument("--out-dir", type=Path, default=REPO / "results" / "width")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+
+    def body():
+        for path in (args.model_dir / "model.pt", args.mr_train):
+            if not path.is_file():
+                raise DataError(f"{path}: not found (python examples/budgetformer/get_data.py fetches it)")
+        with tempfile.TemporaryDirectory() as work:
+            found = measure(args.model_dir, args.mr_train, Path(work), threads=args.threads)
+        write_json(args.out_dir / "recipe-memory.json", found)
+        write_atomic(args.out_dir / "recipe-memory.md", table(found))
+        print(table(found))
+
+    return run_cli(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
