@@ -25,6 +25,8 @@ REPO = Path(__file__).resolve().parents[2]
 def table(found: dict) -> str:
     lines = ["| process | at the summed peak (GiB) | its own peak (GiB) |", "|---|---|---|"]
     for name, own in found["own_peak_gib"].items():
+        if own < 0.01:
+            continue  # a process seen as it exited
         lines.append(f"| {name} | {found['at_peak_gib'].get(name, 0.0):.2f} | {own:.2f} |")
     lines += [f"| **all, summed** | **{found['peak_sum_gib']:.2f}** | |", "",
               f"The recipe's summed peak is {found['ratio']:.2f}x the dense step's own peak "

@@ -48,7 +48,9 @@ def role(pid: int) -> str:
     try:
         words = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
-        return "gone"
+        words = []
+    if not words or not words[0]:
+        return "other (exited)"  # read as it exited: no command line left
     if any("fairseq-train" in w or "fairseq_cli.train" in w for w in words):
         save = words[words.index("--save-dir") + 1] if "--save-dir" in words else ""
         return f"{Path(save).name} step (fairseq-train)"
