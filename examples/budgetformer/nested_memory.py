@@ -15,9 +15,9 @@ from pathlib import Path
 
 logging.basicConfig(level=logging.WARNING)  # before fairseq sets up logging at INFO
 
-from budget_plugin.tools.errors import DataError, run_cli  # noqa: E402
+from budget_plugin.tools.errors import run_cli  # noqa: E402
 from budget_plugin.tools.files import write_atomic, write_json  # noqa: E402
-from budget_research.benchmark.memory import measure  # noqa: E402
+from budget_research.benchmark.memory import add_inputs, check_inputs, measure  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,19 +36,14 @@ def table(rows) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model-dir", type=Path, default=REPO / "data" / "minilm" / "model")
-    parser.add_argument("--mr-train", type=Path, default=REPO / "data" / "minilm" / "raw" / "MR" / "train.tsv")
-    parser.add_argument("--out-dir", type=Path, default=REPO / "results" / "width")
+    add_inputs(parser, REPO)
     parser.add_argument("--short", type=int, default=256, help="short texts (MR sentences)")
     parser.add_argument("--long", type=int, default=6, help="texts of --words words (cut at 512 pieces)")
     parser.add_argument("--words", type=int, default=1200)
-    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
 
     def body():
-        for path in (args.model_dir / "model.pt", args.mr_train):
-            if not path.is_file():
-                raise DataError(f"{path}: not found (python examples/budgetformer/get_data.py fetches it)")
+        check_inputs(args)
         args.out_dir.mkdir(parents=True, exist_ok=True)
         settings = {"short": args.short, "long": args.long, "words": args.words, "threads": args.threads}
 

@@ -9,6 +9,7 @@ is the kernel's (``ru_maxrss`` of the child, from ``os.wait4``). Both steps run 
 recipe runs them (its ``--max-tokens`` and its malloc setting, finetune.TRAIN_ENV), with
 glibc's default malloc, and with ``--batch-size`` alone."""
 
+import argparse
 import os
 import random
 import subprocess
@@ -19,9 +20,24 @@ from typing import Dict, List
 from budget_plugin.data.prepare import prepare_task
 from budget_plugin.nested import finetune
 from budget_plugin.nested.recipe import NestedRecipe, nested_command
+from budget_plugin.tools.errors import DataError
 from budget_plugin.tools.fairseq_cli import console_script
 
 GIB = 1024 ** 3
+
+
+def add_inputs(parser: argparse.ArgumentParser, repo: Path) -> None:
+    """What both memory benchmarks read and where they write."""
+    parser.add_argument("--model-dir", type=Path, default=repo / "data" / "minilm" / "model")
+    parser.add_argument("--mr-train", type=Path, default=repo / "data" / "minilm" / "raw" / "MR" / "train.tsv")
+    parser.add_argument("--out-dir", type=Path, default=repo / "results" / "width")
+    parser.add_argument("--threads", type=int, default=2)
+
+
+def check_inputs(args: argparse.Namespace) -> None:
+    for path in (args.model_dir / "model.pt", args.mr_train):
+        if not path.is_file():
+            raise DataError(f"{path}: not found (python examples/budgetformer/get_data.py fetches it)")
 
 
 def long_and_short(mr_train: Path, out: Path, short: int, long: int, words: int, seed: int) -> Path:
