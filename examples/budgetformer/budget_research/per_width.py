@@ -13,7 +13,6 @@ update budget, learning rate and seed), only the model changed:
 Each lands in SAVE_DIR/baselines/NAME/ with train_step's done.json: a finished one is
 never trained again."""
 
-import io
 import json
 from pathlib import Path
 from typing import Callable, List, Optional
@@ -23,21 +22,14 @@ import torch
 from budget_plugin.nested.export import export_width, pruned_checkpoint
 from budget_plugin.nested.recipe import train_step
 from budget_plugin.tools.checkpoints import as_budgetformer, model_options, read
-from budget_plugin.tools.files import write_atomic
+from budget_plugin.tools.files import atomic_path
+from budget_research.recipe_study import replaced
 
 LAYERS_KEPT = 2 / 3  # of the dense model's layers, the first ones
 
 
 def baseline_dir(save_dir: Path, name: str) -> Path:
     return save_dir.resolve() / "baselines" / name.replace(" ", "-")
-
-
-def replaced(command: List[str], values: dict) -> List[str]:
-    """``command`` with each option's value replaced (every option named must be there)."""
-    out = list(command)
-    for flag, value in values.items():
-        out[out.index(flag) + 1] = str(value)
-    return out
 
 
 def dense_command(save_dir: Path, out: Path, restore: Path) -> List[str]:
@@ -47,24 +39,26 @@ def dense_command(save_dir: Path, out: Path, restore: Path) -> List[str]:
                                       "--restore-file": restore})
 
 
-def width_alone_start(save_dir: Path, width: str) -> bytes:
+def width_alone_start(save_dir: Path, width: str) -> dict:
     """The dense model in importance order cut to the nested model's shape at ``width``,
     as a checkpoint (a pruned BudgetFormer: ``--head-selection pruned``)."""
     nested = read(save_dir / "nested" / "checkpoint_best.pt")
     cut = export_width(nested, width)
     dense = as_budgetformer(read(save_dir / "reordered.pt")).state_dict()
-    buffer = io.BytesIO()
-    torch.save(pruned_checkpoint({**nested, "model": dense}, list(cut.heads), list(cut.neurons)), buffer)
-    return buffer.getvalue()
+    return pruned_checkpoint({**nested, "model": dense}, list(cut.heads), list(cut.neurons))
 
 
 def width_alone_command(save_dir: Path, width: str, out: Path) -> List[str]:
-    """The dense step's command for the cut model: BudgetFormer at fixed heads and neurons
-    per layer (the start checkpoint's options), trained with plain cross-entropy."""
+    """The dense step's command for the cut model (written as OUT/start.pt unless there):
+    BudgetFormer at its fixed heads and neurons per layer, trained with plain cross-entropy."""
     start = out / "start.pt"
-    if not start.is_file():
-        write_atomic(start, width_alone_start(save_dir, width))
-    args = model_options(read(start))
+    if start.is_file():
+        state = read(start)
+    else:
+        state = width_alone_start(save_dir, width)
+        with atomic_path(start) as tmp:
+            torch.save(state, tmp)
+    args = model_options(state)
     command = replaced(dense_command(save_dir, out, start), {"--arch": "budgetformer"})
     return command + ["--layernorm-eps", repr(float(args.layernorm_eps)), "--head-selection", "pruned",
                       "--fixed-heads", args.fixed_heads, "--ffn-neurons", args.ffn_neurons,

@@ -15,6 +15,7 @@ from budget_plugin.nested.recipe import train_step
 from budget_plugin.tools.files import write_json
 from budget_plugin.tools.teacher import save_logits, teacher_logits
 from budget_research.hidden_distillation import compare_nested
+from budget_research.recipe_study import replaced
 
 TEACHER = "{teacher}"  # stands for the dense step's logits on train (budget-teacher-logits' file)
 
@@ -40,11 +41,8 @@ def slug(name: str) -> str:
 def candidate_command(recipe: dict, save_dir: Path, name: str, teacher: Path) -> List[str]:
     """The recipe's nested command with its save dir moved to SAVE_DIR/candidates/NAME
     and the candidate's options appended (fairseq's parser keeps an option's last value)."""
-    command = list(recipe["nested"])
     out = save_dir.resolve() / "candidates" / slug(name)
-    for flag, value in (("--save-dir", out), ("--tensorboard-logdir", out / "tensorboard")):
-        if flag in command:
-            command[command.index(flag) + 1] = str(value)
+    command = replaced(recipe["nested"], {"--save-dir": out, "--tensorboard-logdir": out / "tensorboard"})
     return command + [str(teacher) if option == TEACHER else option for option in CANDIDATES[name]]
 
 

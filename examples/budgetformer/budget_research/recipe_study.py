@@ -4,7 +4,7 @@ stem."""
 
 import argparse
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, List, Optional
 
 from budget_plugin.tools.errors import DataError
 from budget_plugin.tools.files import write_atomic, write_json
@@ -19,6 +19,15 @@ def add_arguments(parser: argparse.ArgumentParser, out_dir: Path) -> None:
     parser.add_argument("--out-dir", type=Path, default=out_dir, help="(default: %(default)s)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5, help="interleaved timing rounds (default: %(default)s)")
+
+
+def replaced(command: List[str], values: dict) -> List[str]:
+    """A recorded fairseq command with each option's value replaced (every option named
+    must be there): another save dir, another start."""
+    out = list(command)
+    for flag, value in values.items():
+        out[out.index(flag) + 1] = str(value)
+    return out
 
 
 def recipe_checkpoints(save_dir: Path) -> None:

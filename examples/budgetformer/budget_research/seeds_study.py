@@ -30,7 +30,7 @@ from budget_plugin.tools.fairseq_cli import run
 from budget_plugin.tools.files import write_json
 from budget_research.per_width import train_baselines
 from budget_research.pretrained import get_data, pretrained_minilm
-from budget_research.serving_study import dense_runs, measured, onnx_run
+from budget_research.serving_study import dense_runs, measured, onnx_runs
 from budget_research.timing import machine_info
 from budget_research.width_study import DIAL_WIDTHS
 
@@ -97,8 +97,7 @@ def systems(save_dir: Path, data: Path, baselines: Dict[str, Path], threads: int
     for name, (checkpoint, width) in checkpoints(save_dir, baselines).items():
         folder = save_dir / "onnx" / name.replace(" ", "-")
         manifests[name] = onnx_folder(checkpoint, data, folder, width, log)
-        runs[f"{name}, ONNX Runtime"] = onnx_run(folder, "fp32", threads)
-        runs[f"{name}, ONNX Runtime int8"] = onnx_run(folder, "int8", threads)
+        runs.update(onnx_runs(name, folder, threads))
     return runs, manifests, task
 
 

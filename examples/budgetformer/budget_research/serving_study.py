@@ -43,6 +43,12 @@ def onnx_run(folder: Path, kind: str, threads: int) -> Callable[[torch.Tensor], 
     return lambda x: torch.from_numpy(runtime.run(None, {"tokens": x.numpy()})[0])
 
 
+def onnx_runs(name: str, folder: Path, threads: int) -> Dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+    """An export's two graphs, fp32 and int8, as ``NAME, ONNX Runtime`` and ``NAME, ONNX Runtime int8``."""
+    return {f"{name}, ONNX Runtime": onnx_run(folder, "fp32", threads),
+            f"{name}, ONNX Runtime int8": onnx_run(folder, "int8", threads)}
+
+
 def dense_runs(dense) -> Dict[str, Callable]:
     """The dense fairseq model in PyTorch eager, and PyTorch's dynamic int8 of it."""
     with warnings.catch_warnings():  # torch's notice that its quantized tensors will be deprecated
@@ -68,9 +74,7 @@ def systems(save_dir: Path, data: Path, threads: int, widths=DIAL_WIDTHS,
         runs[f"width {width}, eager"] = lambda x, model=model: classify(model, x)[0]
         manifests[f"width {width}"] = onnx_folder(nested_path, data, save_dir / "onnx" / f"width-{width}", width, log)
     for name in manifests:
-        folder = save_dir / "onnx" / name.replace(" ", "-")
-        runs[f"{name}, ONNX Runtime"] = onnx_run(folder, "fp32", threads)
-        runs[f"{name}, ONNX Runtime int8"] = onnx_run(folder, "int8", threads)
+        runs.update(onnx_runs(name, save_dir / "onnx" / name.replace(" ", "-"), threads))
     return runs, manifests, task
 
 
