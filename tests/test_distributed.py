@@ -161,6 +161,13 @@ from fairseq.distributed import ModuleProxyWrapper
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 """
+# Both ranks leave together: a rank that exits while gloo still holds its peer's
+# connection can abort the other one at exit ("terminate called without an active
+# exception"), after its result was written.
+DDP_EPILOGUE = r"""
+dist.barrier()
+dist.destroy_process_group()
+"""
 DDP_WORKER = DDP_PREAMBLE + r"""
 criterion = BudgetSentencePredictionCriterion(
     BudgetSentencePredictionConfig(), SimpleNamespace(label_dictionary=Dictionary()))
@@ -212,7 +219,7 @@ def worker_results(tmp_path, source: str):
     """``source`` run as two torchrun workers; each rank's result (result{rank}.json), and
     the run's output."""
     script = tmp_path / "worker.py"
-    script.write_text(source)
+    script.write_text(source + DDP_EPILOGUE)
     output = torchrun(2, [script, REPO, tmp_path])
     files = [tmp_path / f"result{rank}.json" for rank in (0, 1)]
     assert all(f.exists() for f in files), output[-3000:]
