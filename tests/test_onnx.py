@@ -85,10 +85,11 @@ def optimized_ops(graph, out, **session_options) -> Counter:
     options = onnxruntime.SessionOptions()
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
     options.optimized_model_filepath = str(out)
+    options.intra_op_num_threads = 1
     if session_options:
         onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"], **session_options)
     else:
-        session(graph, threads=1, options=options)
+        session(graph, options=options)
     return Counter(node.op_type for node in onnx.load(str(out)).graph.node)
 
 

@@ -94,6 +94,19 @@ def test_predict_takes_texts_and_agrees_with_the_fairseq_path_at_any_threads(pai
     assert not errors and all(run_ == found for runs in results.values() for run_ in runs)
 
 
+def test_the_callers_session_options_are_used_and_left_as_they_were(pairs):
+    import onnxruntime
+
+    _, _, onnx = pairs
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    predictor = Predictor(onnx, session_options=options)
+    assert predictor.session.get_session_options().intra_op_num_threads == 1
+    with pytest.raises(ValueError, match="threads or session options"):
+        Predictor(onnx, threads=2, session_options=options)
+    assert options.intra_op_num_threads == 1 and options.inter_op_num_threads == 0  # untouched
+
+
 def test_an_input_the_model_does_not_take_is_refused_by_its_line(pairs, tmp_path):
     _, _, onnx = pairs
     predictor = Predictor(onnx)

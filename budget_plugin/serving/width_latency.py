@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-
 from budget_plugin.serving.onnx_export import export_onnx, sha256
 from budget_plugin.tools.evaluation import tokens
+from budget_plugin.tools.rotation import rotation
 
 DENSE = "dense"
 WITHIN = 1.0  # points of dev accuracy a pick may lose against dense
@@ -55,7 +55,7 @@ def int8_latency(folders: Dict[str, Path], batches32: Sequence[dict], pad: int, 
     for name in names:  # warm-up: the first run of a session allocates
         runs[name].run(None, {"tokens": batches[0]})
     for round_ in range(rounds):
-        for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+        for name in (names[i] for i in rotation(len(names), round_)):
             for key, inputs in (("b1", ones), ("b32", batches)):
                 start = time.perf_counter()
                 for x in inputs:

@@ -40,17 +40,20 @@ SLOWER_ON_CPU = ["SkipLayerNormFusion"]
 
 def session(path: Path, threads: Optional[int] = None, providers: Optional[Sequence] = None, options=None):
     """An ONNX Runtime session with every graph optimization but those slower on the CPU
-    (``options``: the caller's SessionOptions instead), on ``threads`` intra-op threads
-    (default: ONNX Runtime's choice) and ``providers`` (default: the CPU). A file that is
-    not a graph ONNX Runtime loads is refused naming it."""
+    (``options``: the caller's SessionOptions instead, threads included), on ``threads``
+    intra-op threads (default: ONNX Runtime's choice) and ``providers`` (default: the
+    CPU). A file that is not a graph ONNX Runtime loads is refused naming it."""
     import onnxruntime
 
     providers = list(providers or ["CPUExecutionProvider"])
+    if options is not None and threads:
+        # setting them here would change the caller's object, which it may share
+        raise ValueError("threads or session options, not both: set intra_op_num_threads on the SessionOptions")
     if options is None:
         options = onnxruntime.SessionOptions()
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-    if threads:
-        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        if threads:
+            options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     on_cpu = all((p if isinstance(p, str) else p[0]) == "CPUExecutionProvider" for p in providers)
     try:
         return onnxruntime.InferenceSession(str(path), options, providers=providers,
@@ -62,8 +65,8 @@ def session(path: Path, threads: Optional[int] = None, providers: Optional[Seque
 class Predictor:
     """``folder``'s model (its int8 copy with ``int8``) on ONNX Runtime: the CPU with
     every graph optimization unless ``providers`` (e.g. ``["CUDAExecutionProvider"]``)
-    or ``session_options`` (an ``onnxruntime.SessionOptions``) say otherwise, on
-    ``threads`` threads. One predictor serves several threads at once: a call keeps
+    or ``session_options`` (an ``onnxruntime.SessionOptions``, which then set the
+    threads too) say otherwise, on ``threads`` threads. One predictor serves several threads at once: a call keeps
     nothing on it."""
 
     def __init__(self, folder, int8: bool = False, threads: Optional[int] = None,

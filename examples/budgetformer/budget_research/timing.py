@@ -11,13 +11,7 @@ from typing import Callable, List, Sequence, Tuple
 import torch
 
 from budget_plugin.tools.evaluation import classify, tokens
-
-
-def rotation(n: int, round_: int) -> List[int]:
-    """The order of ``n`` contenders in one timed round. Who goes first rotates from
-    round to round: the first pays for the memory the previous round's last one
-    handed back (page faults anew)."""
-    return [(i + round_) % n for i in range(n)]
+from budget_plugin.tools.rotation import rotation  # noqa: F401 (the studies' timings import it from here)
 
 
 def sync(device: torch.device) -> None:
