@@ -66,8 +66,8 @@ class Predictor:
     """``folder``'s model (its int8 copy with ``int8``) on ONNX Runtime: the CPU with
     every graph optimization unless ``providers`` (e.g. ``["CUDAExecutionProvider"]``)
     or ``session_options`` (an ``onnxruntime.SessionOptions``, which then set the
-    threads too) say otherwise, on ``threads`` threads. One predictor serves several threads at once: a call keeps
-    nothing on it."""
+    threads too) say otherwise, on ``threads`` threads. One predictor serves several
+    threads at once: a call keeps nothing on it."""
 
     def __init__(self, folder, int8: bool = False, threads: Optional[int] = None,
                  providers: Optional[Sequence] = None, session_options=None):

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Sequence
 
 from budget_plugin.serving.width_latency import onnx_folder
-from budget_research.timing import rotation
+from budget_plugin.tools.rotation import rotation
 from budget_serve import Predictor
 
 SCENARIOS = ("1 caller, b1", "4 callers, b1", "batch job, b32")

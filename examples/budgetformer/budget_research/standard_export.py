@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from budget_plugin.data.bert_files import open_input, read_config, read_weights
-from budget_research.timing import rotation
+from budget_plugin.tools.rotation import rotation
 
 SHAPES = ((1, 25), (1, 64), (32, 25))
 SESSIONS = ("default", "budget_serve")

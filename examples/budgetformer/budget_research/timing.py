@@ -11,7 +11,7 @@ from typing import Callable, List, Sequence, Tuple
 import torch
 
 from budget_plugin.tools.evaluation import classify, tokens
-from budget_plugin.tools.rotation import rotation  # noqa: F401 (the studies' timings import it from here)
+from budget_plugin.tools.rotation import rotation
 
 
 def sync(device: torch.device) -> None:

@@ -13,9 +13,10 @@ import torch
 
 from budget_plugin.modules import gpu_heads
 from budget_plugin.modules.flops import measure_flops
+from budget_plugin.tools.rotation import rotation
 from budget_research.benchmark.config import BenchmarkConfig
 from budget_research.benchmark.models import static_twin
-from budget_research.timing import rotation, sync, timed
+from budget_research.timing import sync, timed
 
 
 @contextlib.contextmanager

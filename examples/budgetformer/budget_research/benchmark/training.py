@@ -14,9 +14,10 @@ from budget_plugin.tools.building import size_flags
 from budget_plugin.tools.fairseq_cli import parse_metrics, train_options
 from budget_plugin.tools.fairseq_cli import run as run_tool
 from budget_plugin.tools.files import write_atomic
+from budget_plugin.tools.rotation import rotation
 from budget_research.benchmark.cell import make_inputs
 from budget_research.benchmark.config import VOCAB, BenchmarkConfig
-from budget_research.timing import rotation, timed
+from budget_research.timing import timed
 
 
 def measure_training(size, stock, budget, batch, seq_len, vocab, cfg: BenchmarkConfig, device) -> List[dict]:
