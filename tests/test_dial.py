@@ -21,6 +21,7 @@ from budget_plugin.dial.state_format import STATE_FORMAT
 from budget_plugin.models.hub_interface import BudgetFormerHubInterface
 from budget_plugin.dial.calibration import calibrate, calibrate_checkpoint, mean_ratio
 from budget_plugin.nested.export import dialled_counts, export_counts, export_pruned, pruned_checkpoint, whole_counts
+from budget_plugin.criterions.update_passes import UpdatePasses
 from budget_plugin.tasks.budget_sentence_prediction import BudgetSentencePredictionTask
 from budget_plugin.tools import building
 from budget_plugin.tools.checkpoints import as_budgetformer, load_checkpoint, read
@@ -235,6 +236,38 @@ def test_train_step_backpropagates_each_width_as_it_comes_to_the_same_gradient(m
     scale = max(g.abs().max().item() for g in at_once)  # the whole gradient's (k_proj.bias's is 0 but for rounding)
     for a, b in zip(by_pass, at_once):
         assert_close(a, b, scale=scale)
+
+
+def test_no_router_pass_trains_the_sandwich_alone_and_logs_its_full_width():
+    """--no-router-pass: the update's loss is the sandwich's widths' alone (the same
+    passes under the same seed, nothing after them), the routers get no gradient, and
+    the loss and accuracy fairseq logs are the full width's, with no pass of their own."""
+    model = without_dropout(nested_model(min_heads=1).train())
+    sample = make_sample()
+    criterion = make_criterion(sandwich_widths=3, distill_weight=0.5, no_router_pass=True)
+    torch.manual_seed(5)
+    calls = []
+    hook = model.register_forward_hook(lambda *_: calls.append(1))
+    loss, size, logs = criterion(model, sample)
+    hook.remove()
+    assert len(calls) == 3, "the full width, the smallest, a random one: no router's pass"
+    torch.manual_seed(5)
+    full, widths = criterion.sandwich(model, sample, UpdatePasses(model, None))
+    assert_close(loss, widths)
+    assert_close(logs["width_loss"], widths)
+    assert int(logs["ncorrect"]) == int(full.argmax(-1).eq(sample["target"]).sum())
+    assert "distill_loss" not in logs and logs["layer_sentences"] == 0  # no router's budgets ran
+    loss.backward()
+    for name, p in model.named_parameters():
+        if ".router." in name:
+            assert p.grad is None, name
+    encoder = model.encoder.sentence_encoder.layers[0]
+    assert encoder.self_attn.q_proj.weight.grad.abs().sum() > 0
+
+
+def test_no_router_pass_needs_a_sandwich():
+    with pytest.raises(OptionError, match="--no-router-pass"):
+        make_criterion(no_router_pass=True)
 
 
 def test_the_sandwich_max_ratio_keeps_the_random_widths_narrow():

@@ -274,15 +274,8 @@ def test_only_the_lm_head_is_unused_when_heads_differ_per_example():
 # ---------------------------------------------------------- the sandwich under data parallelism
 
 SANDWICH_WORKER = DDP_PREAMBLE + r"""
+from budget_plugin.option_error import OptionError
 from budget_plugin.tasks.budget_sentence_prediction import BudgetSentencePredictionTask
-criterion = BudgetSentencePredictionCriterion(
-    BudgetSentencePredictionConfig(sandwich_widths=3, distill_weight=0.5, target_head_ratio=0.5),
-    SimpleNamespace(label_dictionary=Dictionary()))
-torch.manual_seed(0)  # the same initial model everywhere
-model = build_model(num_classes=2, head_selection="nested", min_heads=1, dropout=0.0, attention_dropout=0.0).train()
-for name, p in model.named_parameters():
-    p.requires_grad_(not name.startswith("encoder.lm_head."))  # fairseq's LM head is unused here
-alone = copy.deepcopy(model)
 
 
 class Optimizer:  # what train_step uses of fairseq's optimizer
@@ -290,9 +283,19 @@ class Optimizer:  # what train_step uses of fairseq's optimizer
         loss.backward()
 
 
-wrapped = ModuleProxyWrapper(DistributedDataParallel(model, find_unused_parameters=False))
-steps = []
-try:
+def sandwich_steps(no_router_pass, find_unused):
+    criterion = BudgetSentencePredictionCriterion(
+        BudgetSentencePredictionConfig(sandwich_widths=3, distill_weight=0.5, target_head_ratio=0.5,
+                                       no_router_pass=no_router_pass),
+        SimpleNamespace(label_dictionary=Dictionary()))
+    torch.manual_seed(0)  # the same initial model everywhere
+    model = build_model(num_classes=2, head_selection="nested", min_heads=1, dropout=0.0,
+                        attention_dropout=0.0).train()
+    for name, p in model.named_parameters():
+        p.requires_grad_(not name.startswith("encoder.lm_head."))  # fairseq's LM head is unused here
+    alone = copy.deepcopy(model)
+    wrapped = ModuleProxyWrapper(DistributedDataParallel(model, find_unused_parameters=find_unused))
+    steps = []
     for step in range(2):
         torch.manual_seed(100 + 10 * step + rank)  # each process: its own examples
         tokens = random_tokens()
@@ -312,9 +315,15 @@ try:
         steps.append({"diff": (averaged - mean).abs().max().item(), "own_vs_mean": (own - mean).abs().max().item(),
                       "scale": max(averaged.abs().max().item(), mean.abs().max().item()),
                       "grads": len([p for p in model.parameters() if p.grad is not None])})
-    result = {"steps": steps}
-except RuntimeError as error:
-    result = {"error": str(error)[:800]}
+    return {"steps": steps}
+
+
+result = {}
+for name, options in {"router": (False, False), "no router": (True, True), "refused": (True, False)}.items():
+    try:
+        result[name] = sandwich_steps(*options)
+    except (RuntimeError, OptionError) as error:
+        result[name] = {"error": str(error)[:800]}
 with open(f"{sys.argv[2]}/result{rank}.json", "w") as f:
     json.dump(result, f)
 """
@@ -322,18 +331,25 @@ with open(f"{sys.argv[2]}/result{rank}.json", "w") as f:
 
 @pytest.mark.slow
 def test_the_ddp_reducer_averages_the_sandwichs_gradients_exactly(tmp_path):
+    """With the router's pass (every parameter used, no unused-parameter search) and
+    without it (--no-router-pass: the routers get no gradient, so DDP must look for
+    unused parameters; without --find-unused-parameters it is refused by name)."""
     results, output = worker_results(tmp_path, SANDWICH_WORKER)
-    trainable = sum(1 for name, _ in build_model(num_classes=2, head_selection="nested", min_heads=1).named_parameters()
-                    if not name.startswith("encoder.lm_head."))
+    named = list(build_model(num_classes=2, head_selection="nested", min_heads=1).named_parameters())
+    trainable = sum(1 for name, _ in named if not name.startswith("encoder.lm_head."))
+    routers = sum(1 for name, _ in named if ".router." in name)
+    assert routers > 0
     for result in results:
-        assert "error" not in result, result.get("error", "") + output[-2000:]
-        for step in result["steps"]:
-            # the reducer's mean is the mean of each process's own (summed) gradient, up to
-            # float32's rounding of sums taken in another order (the passes' gradients
-            # accumulated one by one, then averaged over the processes)
-            assert step["diff"] <= RTOL * step["scale"], step
-            assert step["own_vs_mean"] > 1e-3  # and the processes' gradients differed
-            assert step["grads"] == trainable  # every trainable parameter got a gradient
+        for name, expected in {"router": trainable, "no router": trainable - routers}.items():
+            assert "error" not in result[name], result[name].get("error", "") + output[-2000:]
+            for step in result[name]["steps"]:
+                # the reducer's mean is the mean of each process's own (summed) gradient, up to
+                # float32's rounding of sums taken in another order (the passes' gradients
+                # accumulated one by one, then averaged over the processes)
+                assert step["diff"] <= RTOL * step["scale"], (name, step)
+                assert step["own_vs_mean"] > 1e-3  # and the processes' gradients differed
+                assert step["grads"] == expected, name  # every trainable parameter got a gradient
+        assert "needs --find-unused-parameters" in result["refused"].get("error", ""), result["refused"]
 
 
 @pytest.mark.slow

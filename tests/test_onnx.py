@@ -127,8 +127,9 @@ def pair_task(tmp_path_factory):
     root = tmp_path_factory.mktemp("pairs")
     data, model = wordpiece_pair_task(root)
     run(pair_task_training(data, model, root / "dense", dense=True))
+    # trained as a model served at fixed widths is (--no-router-pass); test_installed.py trains the router too
     run(pair_task_training(data, model, root / "nested", "--head-selection", "nested", "--min-heads", 1,
-                           "--sandwich-widths", 3, "--min-ffn-ratio", 0.25))
+                           "--sandwich-widths", 3, "--min-ffn-ratio", 0.25, "--no-router-pass"))
     return data, root / "dense", root / "nested"
 
 

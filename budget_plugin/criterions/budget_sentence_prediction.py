@@ -66,6 +66,10 @@ class BudgetSentencePredictionConfig(SentencePredictionCriterionConfig):
         default=1.0, metadata={"help": "with --sandwich-widths, the largest share in (0, 1] of heads and FFN "
                                "neurons the random widths run (below 1: more of each update at narrow widths)"}
     )
+    no_router_pass: bool = field(
+        default=False, metadata={"help": "with --sandwich-widths, train the fixed widths only, not the router's "
+                                 "budgets: one pass fewer, for a model served at --width (--head-ratio untrained)"}
+    )
 
 
 def check_options(cfg: BudgetSentencePredictionConfig, regression_target: bool) -> None:
@@ -79,6 +83,8 @@ def check_options(cfg: BudgetSentencePredictionConfig, regression_target: bool) 
     require(not cfg.min_ffn_ratio or cfg.sandwich_widths > 1, "min-ffn-ratio",
             "0 unless --sandwich-widths is 2 or more (the FFN's widths are the sandwich's)", cfg.min_ffn_ratio)
     require(0 < cfg.sandwich_max_ratio <= 1, "sandwich-max-ratio", "in (0, 1]", cfg.sandwich_max_ratio)
+    require(not cfg.no_router_pass or cfg.sandwich_widths > 0, "no-router-pass",
+            "unset unless --sandwich-widths is 1 or more (the update would train nothing)", cfg.no_router_pass)
     require(cfg.distill_hidden_weight >= 0, "distill-hidden-weight", ">= 0", cfg.distill_hidden_weight)
     require(not cfg.distill_hidden_weight or cfg.sandwich_widths > 1, "distill-hidden-weight",
             "0 unless --sandwich-widths is 2 or more (it distils the full width into narrower ones)",
@@ -92,16 +98,18 @@ def check_options(cfg: BudgetSentencePredictionConfig, regression_target: bool) 
 
 class _Recorder:
     """The model as :meth:`SentencePredictionCriterion.forward` calls it, keeping the
-    output (logits and ``extra``) that the parent's forward drops."""
+    output (logits and ``extra``) that the parent's forward drops; given ``output``, it
+    hands that back instead of running the model."""
 
-    def __init__(self, model):
-        self.model, self.output = model, None
+    def __init__(self, model, output=None):
+        self.model, self.output, self.replay = model, output, output is not None
 
     def __getattr__(self, name):  # classification_heads, get_targets, training, args
         return getattr(self.model, name)
 
     def __call__(self, *args, **kwargs):
-        self.output = self.model(*args, **kwargs)
+        if not self.replay:
+            self.output = self.model(*args, **kwargs)
         return self.output
 
 
@@ -128,6 +136,7 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
         self.sandwich_widths = cfg.sandwich_widths
         self.min_ffn_ratio, self.max_ratio = cfg.min_ffn_ratio, cfg.sandwich_max_ratio
         self.distill_hidden_weight = cfg.distill_hidden_weight
+        self.no_router_pass = cfg.no_router_pass
         self.teacher = load_teacher_logits(cfg.distill_logits) if cfg.distill_logits else None
         self.distill_weight = self.distill_temperature = None  # no logits to distil
         if cfg.distill_logits or (cfg.sandwich_widths and not self.regression_target):
@@ -143,24 +152,30 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
             raise OptionError("criterion budget_sentence_prediction needs a model that returns budget statistics "
                               "(--arch budgetformer*); use sentence_prediction for others")
         passes = UpdatePasses(model, backward)
-        full, width_loss = self.sandwich(model, sample, passes) if self.sandwich_widths and model.training else \
-            (None, None)
+        sandwich = bool(self.sandwich_widths) and model.training
+        without_router = sandwich and self.no_router_pass
+        if without_router and getattr(model, "no_sync", None) and not getattr(model, "find_unused_parameters", 1):
+            raise OptionError("--no-router-pass leaves the routers' parameters without gradients: data parallelism "
+                              "needs --find-unused-parameters with it")
+        full, width_loss = self.sandwich(model, sample, passes, last=without_router) if sandwich else (None, None)
         # the router's pass last: it uses every parameter, so that data parallelism can
         # reduce the update's gradients once, after it. The parent's forward gives the
         # task loss, accuracy and GLUE's predictions (--report-mcc ...) exactly as
-        # sentence_prediction does; it drops the model's extra, which the recorder keeps
-        recorder = _Recorder(model)
+        # sentence_prediction does; it drops the model's extra, which the recorder keeps.
+        # Without the router's pass, the full width's logits stand in for its output
+        recorder = _Recorder(model, (full, {"budget": []}) if without_router else None)
         task_loss, sample_size, logging_output = super().forward(recorder, sample, reduce)
         logits, extra = recorder.output
         layers: List[Dict[str, Tensor]] = extra["budget"]  # only the layers that ran
         teacher = self.teacher_logits(sample, full, logits.size(1)) if model.training else None
-        fit, distill_loss = self.fitted(task_loss, logits, teacher)
+        fit, distill_loss = (None, None) if without_router else self.fitted(task_loss, logits, teacher)
         exploration = model.exploration()
         zero = logits.new_zeros((), dtype=torch.float)  # on the logits' device: fairseq reduces by device
         budget_term = self.budget_term(layers) if layers else zero  # --encoder-layerdrop can skip all
         entropy = self.relevance_entropy(layers) if layers else zero
-        passes.add(fit + sample_size * self.budget_weight * budget_term
-                   - sample_size * self.exploration_weight * exploration.rate * entropy)
+        if not without_router:
+            passes.add(fit + sample_size * self.budget_weight * budget_term
+                       - sample_size * self.exploration_weight * exploration.rate * entropy)
         num_layers = len(model.encoder.sentence_encoder.layers)  # run or skipped
         logging_output.update(budget_logs(layers, num_layers, sample_size, zero))
         logged = {"loss": passes.total, "task_loss": task_loss, "budget_term": budget_term * sample_size,
@@ -171,23 +186,25 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
                               temperature=exploration.temperature * sample_size)
         return passes.total, sample_size, logging_output
 
-    def sandwich(self, model, sample, passes: UpdatePasses) -> Tuple[Tensor, Tensor]:
+    def sandwich(self, model, sample, passes: UpdatePasses, last: bool = False) -> Tuple[Tensor, Tensor]:
         """The sandwich's fixed widths, each a pass of its own: every head first (the
         narrower widths distil its logits in place; it learns from the cached teacher
-        only, being the teacher), then :meth:`widths`. Returns the full width's logits
+        only, being the teacher), then :meth:`widths`; ``last``: its last pass is the
+        update's (no router's pass after it). Returns the full width's logits
         (detached) and the widths' summed loss."""
         if self.distill_hidden_weight and getattr(model.args, "encoder_layerdrop", 0):
             raise OptionError("--distill-hidden-weight needs every layer in every pass: --encoder-layerdrop 0 "
                               "(each pass would drop other layers, and no layer's output would have its teacher's)")
-        with passes.unsynced():
+        with passes.unsynced(last=last and self.sandwich_widths == 1):
             full, full_states = self.width_forward(model, sample, None)
             cached = self.teacher_logits(sample, None, full.size(1))
             width_loss = passes.add(self.fitted(self.task_loss(full, sample), full, cached)[0])
         full, full_states = full.detach(), [state.detach() for state in full_states]
         teacher = self.teacher_logits(sample, full, full.size(1))
         padding = sample["net_input"]["src_tokens"].eq(model.encoder.sentence_encoder.padding_idx)
-        for heads, neurons in self.widths(model):
-            with passes.unsynced():
+        widths = self.widths(model)  # drawn after the full width's dropout, as they always were
+        for i, (heads, neurons) in enumerate(widths):
+            with passes.unsynced(last=last and i == len(widths) - 1):
                 logits, states = self.width_forward(model, sample, heads, neurons)
                 loss = self.fitted(self.task_loss(logits, sample), logits, teacher)[0]
                 if self.distill_hidden_weight:

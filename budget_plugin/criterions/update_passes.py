@@ -16,9 +16,13 @@ class UpdatePasses:
     def __init__(self, model, backward: Optional[Callable[[Tensor], None]]):
         self.model, self.backward, self.total = model, backward, 0.0
 
-    def unsynced(self):
+    def unsynced(self, last: bool = False):
+        """A pass's context: DDP's ``no_sync`` unless it is the update's ``last``, whose
+        backward reduces every pass's gradients."""
         no_sync = getattr(self.model, "no_sync", None)
-        return no_sync() if self.backward is not None and no_sync is not None else contextlib.nullcontext()
+        if last or self.backward is None or no_sync is None:
+            return contextlib.nullcontext()
+        return no_sync()
 
     def add(self, loss: Tensor) -> Tensor:
         if self.backward is None:

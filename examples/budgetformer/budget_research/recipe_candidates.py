@@ -31,6 +31,12 @@ CANDIDATES: Dict[str, List[str]] = {
     # narrowest width served (0.25) trained every update, not a narrower one no one serves
     "smallest width 0.25": ["--min-heads", "3"],
     "narrow sandwich, smallest width 0.25": ["--sandwich-max-ratio", "0.5", "--min-heads", "3"],
+    # the fixed widths only, for a model served at fixed widths: the router's pass (its per-input
+    # budgets, at every FFN neuron) is about a third of an update
+    "narrow sandwich, no router pass": ["--sandwich-max-ratio", "0.5", "--no-router-pass"],
+    # the router's pass traded for a second random narrow width: the same passes, all of them widths
+    "narrow sandwich, a random width for the router's pass": ["--sandwich-max-ratio", "0.5", "--sandwich-widths", "4",
+                                                             "--no-router-pass"],
 }
 
 
