@@ -154,7 +154,7 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
         passes = UpdatePasses(model, backward)
         sandwich = bool(self.sandwich_widths) and model.training
         without_router = sandwich and self.no_router_pass
-        if without_router and getattr(model, "no_sync", None) and not getattr(model, "find_unused_parameters", 1):
+        if without_router and getattr(model, "no_sync", None) and not getattr(model, "find_unused_parameters", True):
             raise OptionError("--no-router-pass leaves the routers' parameters without gradients: data parallelism "
                               "needs --find-unused-parameters with it")
         full, width_loss = self.sandwich(model, sample, passes, last=without_router) if sandwich else (None, None)
