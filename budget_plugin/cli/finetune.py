@@ -69,6 +69,9 @@ def main(argv=None) -> int:
     parser.add_argument("--min-ffn-ratio", type=float, default=nested.min_ffn_ratio,
                         help="the smallest FFN width trained, a fraction of each layer's neurons; 0: the heads "
                         "alone are nested (default: %(default)s)")
+    parser.add_argument("--no-router", action="store_true",
+                        help="train the fixed widths only, not the router's per-input budgets: a cheaper nested "
+                        "step for a model served at --width, with no --head-ratio dial (default: both)")
     parser.add_argument("--calibration-examples", type=int, default=nested.calibration_examples,
                         help="the head dial is calibrated on about this many dev examples, spread over their "
                         "lengths (0: all of dev; default: %(default)s)")
@@ -102,7 +105,7 @@ def main(argv=None) -> int:
         budgets = NestedRecipe(lr=args.lr, max_updates=args.max_updates, min_heads=args.min_heads,
                                sandwich_widths=args.sandwich_widths, sandwich_max_ratio=args.sandwich_max_ratio,
                                min_ffn_ratio=args.min_ffn_ratio,
-                               calibration_examples=args.calibration_examples)
+                               calibration_examples=args.calibration_examples, router=not args.no_router)
         log(f"training on the {'CPU' if cpu else 'GPU'}" + (" in half precision" if args.fp16 else ""))
         best = finetune_nested(args.model_dir, args.data_dir, args.save_dir, recipe, budgets, log, args.threads,
                                redo=args.redo, cpu=cpu, fp16=args.fp16)
@@ -112,7 +115,8 @@ def main(argv=None) -> int:
         log(f"dev accuracy: dense {dense_dev:.2f}")
         nested, _ = load_checkpoint(best["nested"], args.data_dir)
         heads = nested.args.encoder_attention_heads
-        for ratio in [r for r in DIAL if float(r) >= args.min_heads / heads]:  # none below the smallest width
+        dialled = [r for r in DIAL if float(r) >= args.min_heads / heads] if budgets.router else []
+        for ratio in dialled:  # none below the smallest width
             with nested.dialled(ratio):
                 accuracy, found = accuracy_and_ratio(nested, dev)
             log(f"dev accuracy: nested --head-ratio {ratio}: {accuracy:.2f} (head ratio {found:.3f})")
@@ -128,7 +132,7 @@ def main(argv=None) -> int:
             print("\n".join(summary), flush=True)
         log("the same with fairseq-validate: fairseq-validate DATA --user-dir \"$(budget-user-dir)\" --task "
             "budget_sentence_prediction --criterion budget_sentence_prediction --path "
-            f"{best['nested']} --head-ratio R (or --width R)")
+            f"{best['nested']} " + ("--head-ratio R (or --width R)" if budgets.router else "--width R"))
 
     return run_cli(body, failures=(CommandFailed,))
 

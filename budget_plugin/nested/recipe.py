@@ -8,10 +8,11 @@ data (budget-finetune): every budget in one fine-tuned model.
    (reorder.py: the same function), so that every width is a prefix, the most
    important ones;
 4. ``nested``: BudgetFormer ``--head-selection nested`` fine-tuned from it, every update
-   training the router's per-input budgets and the sandwich of fixed widths (heads and,
-   with ``min_ffn_ratio``, FFN neurons), distilled in place from the full width;
-5. the budget dial calibrated on dev and, with the FFN nested, the width dial's
-   allocation to the layers chosen on dev (allocation.py), both stored in
+   training the router's per-input budgets (unless ``router`` is off) and the sandwich of
+   fixed widths (heads and, with ``min_ffn_ratio``, FFN neurons), distilled in place from
+   the full width;
+5. the budget dial calibrated on dev (with the router) and, with the FFN nested, the width
+   dial's allocation to the layers chosen on dev (allocation.py), both stored in
    ``nested/checkpoint_best.pt``.
 
 Each step leaves its output under SAVE_DIR, and SAVE_DIR/recipe.json records what each
@@ -38,6 +39,7 @@ from budget_plugin.nested import finetune
 from budget_plugin.nested.importance import layer_importance
 from budget_plugin.nested.reorder import reorder_heads, reorder_neurons
 from budget_plugin.nested.step_record import Step, recorded, run_steps
+from budget_plugin.option_error import OptionError
 from budget_plugin.tools.checkpoints import read
 from budget_plugin.tools.fairseq_cli import run, train_options
 from budget_plugin.tools.files import atomic_path, write_json
@@ -66,6 +68,10 @@ class NestedRecipe:
     # runs on MR): about 512 dev examples, spread over their lengths, instead of all of
     # dev (MR's 1066) halve its cost; 0 or None: all of dev
     calibration_examples: Optional[int] = 512
+    # the router's per-input budgets trained beside the fixed widths (its own pass of each
+    # update) and the head dial calibrated on them; off, for a model served at fixed widths
+    # (--width): an update 0.61x the time (results/width/update-cost-MR.md), no head dial
+    router: bool = True
 
 
 def nested_command(data: Path, model_pt: Path, reordered: Path, save_dir: Path, dense: finetune.Recipe,
@@ -86,6 +92,7 @@ def nested_command(data: Path, model_pt: Path, reordered: Path, save_dir: Path, 
         "--sandwich-widths", nested.sandwich_widths, "--sandwich-max-ratio", nested.sandwich_max_ratio,
         "--distill-weight", nested.distill_weight,
         *(["--min-ffn-ratio", nested.min_ffn_ratio] if nested.min_ffn_ratio else []),
+        *([] if nested.router else ["--no-router-pass"]),
         "--max-epoch", 10_000, *finetune.checkpoint_options(dense),
         "--restore-file", reordered, "--reset-optimizer", "--reset-dataloader", "--reset-meters",
     ]
@@ -139,13 +146,26 @@ def reorder_step(paths: RecipePaths, nested: NestedRecipe) -> None:
 def calibration_step(paths: RecipePaths, data: Path, nested: NestedRecipe, log: Callable[[str], None]) -> None:
     indented = lambda line: log("    " + line)  # noqa: E731
     table = calibrate_checkpoint(paths.nested_best, data, "valid", log=indented,
-                                 max_examples=nested.calibration_examples)
-    record = {"split": "valid", "table": table.tolist(), "nested": asdict(nested)}
+                                 max_examples=nested.calibration_examples) if nested.router else None
+    record = {"split": "valid", "table": None if table is None else table.tolist(), "nested": asdict(nested)}
     if nested.min_ffn_ratio:
         record["allocation"] = allocate_checkpoint(
             paths.nested_best, data, read_json_tensor(paths.head_importance),
             read_json_tensor(paths.neuron_importance), nested.min_ffn_ratio, "valid", log=indented)
     write_json(paths.calibration, record)
+
+
+def calibration_heading(router: bool, ffn: bool) -> str:
+    dials = (["the budget dial calibrated on dev"] if router else []) + \
+        (["the width dial's allocation chosen on dev"] if ffn else [])
+    return ", and ".join(dials)
+
+
+def calibration_record(nested: NestedRecipe, ffn: bool) -> dict:
+    """The calibration step's settings, as recorded (a run without the router's says so; the
+    default's record is what it always was, so that finished runs resume)."""
+    record = {"split": "valid", "allocation": ffn, "examples": nested.calibration_examples or None}
+    return record if nested.router else {**record, "examples": None, "head_dial": False}
 
 
 def read_json_tensor(path: Path) -> torch.Tensor:
@@ -157,6 +177,9 @@ def finetune_nested(model_dir: Path, data: Path, save_dir: Path, dense: finetune
                     cpu: bool = True, fp16: bool = False) -> Dict[str, Path]:
     """The five steps; returns the dense and nested best checkpoints. ``cpu``: train on
     the CPU (else fairseq's default device, the GPU); ``fp16``: half-precision training."""
+    if not (nested.router or nested.min_ffn_ratio):
+        raise OptionError("--no-router needs the FFN nested (--min-ffn-ratio above 0): without the router's "
+                          "budgets, the width dial is the model's only dial")
     paths, classes = RecipePaths(save_dir), num_classes(data)
     examples = count_binarized(data / "input0" / "train")
     updates = dense.updates(examples)
@@ -176,12 +199,11 @@ def finetune_nested(model_dir: Path, data: Path, save_dir: Path, dense: finetune
              lambda: importance_step(paths, data, dense, nested)),
         Step("reorder", "heads" + (" and FFN neurons" if ffn else "") + " reordered by importance (the same "
              "function)", {"neurons": ffn}, lambda: reorder_step(paths, nested)),
-        Step("nested", f"nested fine-tuning ({nested_updates} updates; each trains the router's budgets and "
-             f"{nested.sandwich_widths} fixed widths)", recorded(nested_run),
+        Step("nested", f"nested fine-tuning ({nested_updates} updates; each trains "
+             + ("the router's budgets and " if nested.router else "") + f"{nested.sandwich_widths} fixed widths)",
+             recorded(nested_run),
              lambda: train_step("nested", nested_run, paths.nested, log, threads)),
-        Step("calibration", "the budget dial calibrated on dev" + (", and the width dial's allocation chosen "
-             "there" if ffn else ""), {"split": "valid", "allocation": ffn,
-                                       "examples": nested.calibration_examples or None},
+        Step("calibration", calibration_heading(nested.router, ffn), calibration_record(nested, ffn),
              lambda: calibration_step(paths, data, nested, log)),
     ], save_dir, redo, log)
     return {"dense": paths.dense_best, "nested": paths.nested_best}

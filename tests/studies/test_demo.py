@@ -7,6 +7,7 @@ scripts/predict.py --head-ratio and examples/budgetformer/benchmark.py --data.""
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -216,6 +217,37 @@ def test_a_user_dials_exports_and_predicts_with_the_demos_model(quick):
     assert report["nested @ 1"]["head_ratio"] == 1
     for key in ("heads_per_layer", "head_ratio", "model_flops"):  # the same budget, with and without the weights
         assert report["fixed @ 0.5"][key] == report["pruned @ 0.5"][key], key
+
+
+@pytest.mark.slow
+def test_no_router_trains_the_widths_alone_from_the_same_dense_step(quick, tmp_path):
+    """budget-finetune --no-router on a copy of the demo's SAVE_DIR: refused as a change
+    of the nested step; with --redo, the dense step and the order are kept, the nested
+    step trains the fixed widths only (--no-router-pass) and the last step chooses the
+    width dial's allocation without calibrating a head dial; the summary dials widths only."""
+    _, root, _, checkpoints = quick
+    save = tmp_path / "save"
+    shutil.copytree(checkpoints, save, ignore=shutil.ignore_patterns("onnx", "exported"))
+    record = save / "recipe.json"  # the steps' commands name their SAVE_DIR: the copy's
+    record.write_text(record.read_text().replace(str(checkpoints), str(save)))
+    dense = (save / "dense" / "checkpoint_best.pt").read_bytes()
+    options = [root / "model", root / "QUICK-bin", save, "--min-heads", 1, "--epochs", 2, "--cpu", "--no-router",
+               "--no-latency"]
+    refused = subprocess.run(program_of([sys.executable, REPO / "scripts" / "finetune.py", *options]),
+                             capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert refused.returncode == 2 and "its nested step was run with other options: --no-router-pass" in \
+        refused.stderr, refused.stderr[-2000:]
+    output = script("finetune.py", *options, "--redo")
+    assert output.count("done before, with the same options") == 3  # dense, importance, reorder
+    assert "each trains 3 fixed widths" in output and "the router's budgets" not in output
+    assert "recipe 5/5: the width dial's allocation chosen on dev" in output
+    assert "head ratio" not in output and "--head-ratio" not in output and "dev accuracy: nested --width" in output
+    assert (save / "dense" / "checkpoint_best.pt").read_bytes() == dense
+    command = json.loads((save / "nested" / "done.json").read_text())["command"]
+    assert "--no-router-pass" in command
+    record = json.loads((save / "nested" / "calibration.json").read_text())
+    assert record["table"] is None and record["allocation"]["chosen"] in ("uniform", "importance")
+    assert "dial_calibration" not in torch.load(save / "nested" / "checkpoint_best.pt", weights_only=True)
 
 
 @pytest.mark.slow
