@@ -33,6 +33,8 @@ def main(argv=None) -> int:
                         metavar="NAME", help=f"(default: all of {', '.join(CANDIDATES)})")
     parser.add_argument("--out-dir", type=Path, default=REPO / "results" / "width", help="(default: %(default)s)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--shared", action="store_true",
+                        help="other work runs on the machine meanwhile: the record marks the training times so")
     args = parser.parse_args(argv)
 
     def body():
@@ -41,7 +43,7 @@ def main(argv=None) -> int:
             raise DataError(f"{args.save_dir / 'reordered.pt'}: not found (the recipe's reorder step)")
         stem = args.out_dir / f"candidates-{args.dataset}-seed{args.seed}"
         found = run_candidates(args.save_dir, args.data, args.candidates, stem.with_suffix(".json"), args.threads,
-                               log)
+                               log, args.shared)
         text = report(found, f"The recipe's candidates, {args.dataset} (seed {args.seed})")
         write_atomic(stem.with_suffix(".md"), text)
         print(text)

@@ -50,3 +50,17 @@ def test_finished_candidates_are_neither_trained_nor_scored_again(tmp_path, monk
     assert scored == ["recipe", "narrow sandwich", *(n for n in CANDIDATES if n not in ("recipe", "narrow sandwich"))]
     text = report(found, "MR")
     assert "| uniform | 0.25 | 79.75 |" in text and "| uniform | mean of 0.4 and below | 79.75 |" in text
+
+
+def test_a_training_that_shared_the_machine_is_marked_so(tmp_path, monkeypatch):
+    (tmp_path / "recipe.json").write_text(json.dumps({"nested": NESTED}))
+    rows = {w: {"accuracy": 80.0} for w in ("1", "0.5", "0.25")}
+    monkeypatch.setattr(recipe_candidates, "train_step", lambda *args: {"train_wall_s": 9.0})
+    monkeypatch.setattr(recipe_candidates, "compare_nested",
+                        lambda checkpoints, *args, **kwargs: {n: {"uniform": rows, "importance": rows}
+                                                              for n in checkpoints})
+    found = run_candidates(tmp_path, tmp_path / "data", ["narrow sandwich"], tmp_path / "r.json",
+                           log=lambda _: None, shared=True)
+    assert found["narrow sandwich"]["shared"] is True
+    text = report(found, "MR")
+    assert "| | training (s) | 9.0 (shared) |" in text and "its wall time is not the step's cost" in text

@@ -62,9 +62,10 @@ def dense_teacher(save_dir: Path, data: Path, log: Callable[[str], None]) -> Pat
 
 
 def run_candidates(save_dir: Path, data: Path, names: List[str], record: Path, threads: int = 2,
-                   log: Callable[[str], None] = print) -> dict:
+                   log: Callable[[str], None] = print, shared: bool = False) -> dict:
     """Train (unless trained) and score (unless scored) each named candidate; the record
-    ({name: {"options", "train_wall_s", "dev"}}) is rewritten after each."""
+    ({name: {"options", "train_wall_s", "dev"}}, and "shared" where the machine ran other
+    work beside the training: ``shared``) is rewritten after each."""
     recipe = json.loads((save_dir / "recipe.json").read_text())
     found = json.loads(record.read_text()) if record.is_file() else {}
     for name in names:
@@ -83,6 +84,8 @@ def run_candidates(save_dir: Path, data: Path, names: List[str], record: Path, t
             checkpoint = out / "checkpoint_best.pt"
         dev = compare_nested({name: checkpoint}, data, save_dir, log=log)[name]
         found[name] = {"options": CANDIDATES[name], "train_wall_s": wall, "dev": dev}
+        if shared:
+            found[name]["shared"] = True
         write_json(record, found)
     return found
 
@@ -102,7 +105,11 @@ def report(found: dict, title: str) -> str:
             lines.append(f"| {allocation} | {label} | " + " | ".join(
                 f"{sum(found[n]['dev'][allocation][w]['accuracy'] for w in chosen) / len(chosen):.2f}"
                 for n in names) + " |")
-    lines.append("| | training (s) | " + " | ".join(str(found[n]["train_wall_s"]) for n in names) + " |")
+    lines.append("| | training (s) | " + " | ".join(
+        f"{found[n]['train_wall_s']}" + (" (shared)" if found[n].get("shared") else "") for n in names) + " |")
+    if any(found[n].get("shared") for n in names):
+        lines += ["", "(shared): trained while other work ran on the machine, so its wall time is not the step's "
+                  "cost; update-cost-*.md times an update of each side by side."]
     lines += ["", "Options each added to the recipe's nested step:", ""]
     lines += [f"- {n}: `{' '.join(found[n]['options']) or '(none)'}`" for n in names]
     return "\n".join(lines) + "\n"
