@@ -123,6 +123,13 @@ def train_args(data, save_dir, *extra, arch="budgetformer_tiny", num_classes=2, 
     ]
 
 
+def without_option(args, flag):
+    """A command line without ``flag`` and its value (e.g. train_args' --exploration-updates,
+    which a nested or RoBERTa model refuses)."""
+    cut = args.index(flag)
+    return args[:cut] + args[cut + 2:]
+
+
 def validate(data, checkpoint, *extra, cpu=True):
     """fairseq-validate on ``data``'s valid split: the metrics of its last line."""
     output = run([

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 import torch
 
-from helpers import BIN, PLUGIN_DIR, train_args
+from helpers import BIN, PLUGIN_DIR, train_args, without_option
 
 TASK = ["--task", "budget_sentence_prediction", "--criterion", "budget_sentence_prediction"]
 ROUTER_KEY = "encoder.sentence_encoder.layers.1.self_attn.router.budget_proj.weight"
@@ -137,8 +137,7 @@ def test_roberta_of_another_size_does_not_warm_start_budgetformer(setup):
         "--encoder-ffn-embed-dim", 128, "--encoder-attention-heads", 4]
     task = argv.index("budget_sentence_prediction")
     argv[task] = argv[task + 2] = "sentence_prediction"
-    cut = argv.index("--exploration-updates")
-    roberta = fresh_checkpoint(argv[:cut] + argv[cut + 2:], root / "roberta3.pt")
+    roberta = fresh_checkpoint(without_option(argv, "--exploration-updates"), root / "roberta3.pt")
     assert type(torch.load(roberta, weights_only=True)["cfg"]["model"]).__name__ == "Namespace"
 
     output = run_failing(train_args(data, root / "ckpt", "--restore-file", roberta, "--reset-optimizer",

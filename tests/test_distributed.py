@@ -47,6 +47,7 @@ from helpers import (
     run,
     torchrun,
     train_args,
+    without_option,
 )
 
 # on the parameters after Adam's updates: absolute, as Adam moves each parameter by about
@@ -357,8 +358,7 @@ def test_fairseq_train_runs_the_sandwich_in_two_processes(tmp_path):
     data = make_classification_data(tmp_path / "data", n_train=64, n_valid=16)
     args = train_args(data, tmp_path / "save", "--head-selection", "nested", "--min-heads", 1,
                       "--sandwich-widths", 3, "--max-update", 4, "--batch-size", 8, "--log-interval", 1)
-    i = args.index("--exploration-updates")  # nothing to explore in a nested model
-    del args[i:i + 2]
+    args = without_option(args, "--exploration-updates")  # nothing to explore in a nested model
     args = [a for a in args if a != "--cpu"]  # CPU_DDP has it
     output = torchrun(2, ["--no-python", "sh", "-c", PER_RANK, BIN / "fairseq-train", *args[1:], *CPU_DDP])
     assert "done training" in output

@@ -10,7 +10,8 @@ from fairseq import checkpoint_utils
 from fairseq.data.data_utils import collate_tokens
 
 from budget_plugin import BudgetFormerModel
-from helpers import REPO, assert_close, make_classification_data, run, train_args, trained_sst_like
+from helpers import (REPO, assert_close, make_classification_data, run, train_args, trained_sst_like,
+                     without_option)
 
 TINY_ROBERTA = ["--arch", "roberta", "--encoder-layers", 2, "--encoder-embed-dim", 64,
                 "--encoder-ffn-embed-dim", 128, "--encoder-attention-heads", 4]
@@ -81,8 +82,7 @@ def roberta_checkpoint(tmp_path_factory):
     args[args.index("--arch"):args.index("--arch") + 2] = TINY_ROBERTA
     task = args.index("budget_sentence_prediction")
     args[task] = args[task + 2] = "sentence_prediction"
-    cut = args.index("--exploration-updates")
-    run(args[:cut] + args[cut + 2:])
+    run(without_option(args, "--exploration-updates"))
     return data, root / "ckpt" / "checkpoint_best.pt"
 
 

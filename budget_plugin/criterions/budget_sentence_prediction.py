@@ -167,8 +167,10 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
         task_loss, sample_size, logging_output = super().forward(recorder, sample, reduce)
         logits, extra = recorder.output
         layers: List[Dict[str, Tensor]] = extra["budget"]  # only the layers that ran
-        teacher = self.teacher_logits(sample, full, logits.size(1)) if model.training else None
-        fit, distill_loss = (None, None) if without_router else self.fitted(task_loss, logits, teacher)
+        fit = distill_loss = None  # without the router's pass, no loss of its own to fit
+        if not without_router:
+            teacher = self.teacher_logits(sample, full, logits.size(1)) if model.training else None
+            fit, distill_loss = self.fitted(task_loss, logits, teacher)
         exploration = model.exploration()
         zero = logits.new_zeros((), dtype=torch.float)  # on the logits' device: fairseq reduces by device
         budget_term = self.budget_term(layers) if layers else zero  # --encoder-layerdrop can skip all

@@ -5,15 +5,13 @@ batches, one update a round; the table's ratios are to the first contender."""
 import pytest
 
 from budget_research.update_cost import first_batches, report, trainer_from, update_costs
-from helpers import make_classification_data, train_args
+from helpers import make_classification_data, train_args, without_option
 
 NESTED = ("--head-selection", "nested", "--min-heads", 1, "--sandwich-widths", 3)
 
 
-def nested_args(data, save_dir, *extra):
-    args = train_args(data, save_dir, *NESTED, *extra)
-    i = args.index("--exploration-updates")  # nothing to explore in a nested model
-    return args[:i] + args[i + 2:]
+def nested_args(data, save_dir, *extra):  # nothing to explore in a nested model
+    return without_option(train_args(data, save_dir, *NESTED, *extra), "--exploration-updates")
 
 
 @pytest.fixture(scope="module")

@@ -8,13 +8,13 @@ first is a warm-up) are comparable; a training run's wall time, shared with what
 the machine ran, is not."""
 
 import statistics
-import time
 import warnings
 from typing import Dict, List
 
 import torch
 
 from budget_plugin.tools.rotation import rotation
+from budget_research.timing import timed
 
 
 def trainer_from(command: List[str]):
@@ -51,17 +51,16 @@ def update_costs(commands: Dict[str, List[str]], rounds: int = 6, threads: int =
     trainers = {name: trainer_from(command) for name, command in commands.items()}
     batches = first_batches(next(iter(trainers.values())), rounds + 1)
     names, seconds = list(trainers), {name: [] for name in trainers}
+    cpu = torch.device("cpu")
     for r, batch in enumerate(batches):
         for i in rotation(len(names), r):
-            start = time.perf_counter()
-            trainers[names[i]].train_step([batch])
+            ms, _ = timed(lambda: trainers[names[i]].train_step([batch]), cpu)
             if r:
-                seconds[names[i]].append(time.perf_counter() - start)
-    base = statistics.median(seconds[names[0]])
-    return [{"name": name, "update_s": statistics.median(seconds[name]),
-             "vs_first": statistics.median(seconds[name]) / base, "rounds": len(seconds[name]),
-             "updates": trainers[name].get_num_updates(), "spread_s": [min(seconds[name]), max(seconds[name])]}
-            for name in names]
+                seconds[names[i]].append(ms / 1e3)
+    medians = {name: statistics.median(seconds[name]) for name in names}
+    return [{"name": name, "update_s": medians[name], "vs_first": medians[name] / medians[names[0]],
+             "rounds": len(seconds[name]), "updates": trainers[name].get_num_updates(),
+             "spread_s": [min(seconds[name]), max(seconds[name])]} for name in names]
 
 
 def report(rows: List[dict], title: str, options: Dict[str, str]) -> str:
