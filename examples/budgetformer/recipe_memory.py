@@ -18,35 +18,28 @@ logging.basicConfig(level=logging.WARNING)  # before fairseq sets up logging at 
 from budget_plugin.tools.errors import run_cli  # noqa: E402
 from budget_plugin.tools.files import write_atomic, write_json  # noqa: E402
 from budget_research.benchmark.memory import add_inputs, check_inputs  # noqa: E402
-from budget_research.benchmark.recipe_memory import measure  # noqa: E402
+from budget_research.benchmark.recipe_memory import measure, report  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def table(found: dict) -> str:
-    lines = ["| process | at the summed peak (GiB) | its own peak (GiB) |", "|---|---|---|"]
-    for name, own in found["own_peak_gib"].items():
-        if own < 0.01:
-            continue  # a process seen as it exited
-        lines.append(f"| {name} | {found['at_peak_gib'].get(name, 0.0):.2f} | {own:.2f} |")
-    lines += [f"| **all, summed** | **{found['peak_sum_gib']:.2f}** | |", "",
-              f"The recipe's summed peak is {found['ratio']:.2f}x the dense step's own peak "
-              f"({found['dense_step_peak_gib']:.2f} GiB); budget-finetune ran {found['wall_s']} s."]
-    return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_inputs(parser, REPO)
+    parser.add_argument("--shared", action="store_true",
+                        help="other work ran on the machine meanwhile: recorded, and the wall time marked as not "
+                             "the recipe's (the memory, the process tree's own, is unaffected)")
     args = parser.parse_args(argv)
 
     def body():
         check_inputs(args)
         with tempfile.TemporaryDirectory() as work:
             found = measure(args.model_dir, args.mr_train, Path(work), threads=args.threads)
+        if args.shared:
+            found["shared"] = True
         write_json(args.out_dir / "recipe-memory.json", found)
-        write_atomic(args.out_dir / "recipe-memory.md", table(found))
-        print(table(found))
+        write_atomic(args.out_dir / "recipe-memory.md", report(found))
+        print(report(found))
 
     return run_cli(body)
 

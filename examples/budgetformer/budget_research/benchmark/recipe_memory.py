@@ -93,3 +93,18 @@ def measure(model_dir: Path, mr_train: Path, work: Path, short: int = 256, long:
     found = sampled(command, work / "recipe.log", {"OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"})
     dense = found["own_peak_gib"]["dense step (fairseq-train)"]
     return {**found, "dense_step_peak_gib": dense, "ratio": found["peak_sum_gib"] / dense}
+
+
+def report(found: dict) -> str:
+    """The markdown table of :func:`measure`'s record."""
+    lines = ["| process | at the summed peak (GiB) | its own peak (GiB) |", "|---|---|---|"]
+    for name, own in found["own_peak_gib"].items():
+        if own < 0.01:
+            continue  # a process seen as it exited
+        lines.append(f"| {name} | {found['at_peak_gib'].get(name, 0.0):.2f} | {own:.2f} |")
+    lines += [f"| **all, summed** | **{found['peak_sum_gib']:.2f}** | |", "",
+              f"The recipe's summed peak is {found['ratio']:.2f}x the dense step's own peak "
+              f"({found['dense_step_peak_gib']:.2f} GiB); budget-finetune ran {found['wall_s']} s"
+              + (" while other work shared the machine (its memory is the recipe's own; its time is not)"
+                 if found.get("shared") else "") + "."]
+    return "\n".join(lines) + "\n"
