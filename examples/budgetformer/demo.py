@@ -197,7 +197,8 @@ def demo(args):
     best = finetune_nested(model, data, args.save_dir, recipe, nested, log)
     train_wall = time.time() - began
 
-    dense_dev = validate_all({"dense": best["dense"]}, data)["dense"]["dev_accuracy"]
+    dense_scores = validate_all({"dense": best["dense"]}, data)
+    dense_dev = dense_scores["dense"]["dev_accuracy"]
     log("step 3/6: the width: every width exported to ONNX Runtime int8 and timed beside dense on dev")
     torch.set_num_threads(args.threads)
     width = chosen_width(args.save_dir, data, best, dense_dev, args.threads)
@@ -205,7 +206,7 @@ def demo(args):
     log(f"width {width}: the fastest within 1.0 point of dense on dev ({dense_dev:.2f}), exported cut "
         "(budget-export); fairseq-validate")
     export_pruned(best["nested"], exported, width=width)
-    checked = validate_all({"dense": best["dense"], f"width {width}": exported}, data)
+    checked = {**dense_scores, **validate_all({f"width {width}": exported}, data)}
     runs, manifests, task = systems(args.save_dir, data, args.threads, widths=(width,), log=log)
     log(f"step 4/6: accuracy on dev and test, latency at batch 1 and 32: {len(runs)} systems interleaved")
     rows = measured(runs, task, singles=64, batches=16, repeats=args.repeats, log=log)
