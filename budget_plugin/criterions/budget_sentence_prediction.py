@@ -167,15 +167,14 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
         task_loss, sample_size, logging_output = super().forward(recorder, sample, reduce)
         logits, extra = recorder.output
         layers: List[Dict[str, Tensor]] = extra["budget"]  # only the layers that ran
-        fit = distill_loss = None  # without the router's pass, no loss of its own to fit
-        if not without_router:
-            teacher = self.teacher_logits(sample, full, logits.size(1)) if model.training else None
-            fit, distill_loss = self.fitted(task_loss, logits, teacher)
         exploration = model.exploration()
         zero = logits.new_zeros((), dtype=torch.float)  # on the logits' device: fairseq reduces by device
         budget_term = self.budget_term(layers) if layers else zero  # --encoder-layerdrop can skip all
         entropy = self.relevance_entropy(layers) if layers else zero
+        distill_loss = None  # without the router's pass, no loss of its own to fit
         if not without_router:
+            teacher = self.teacher_logits(sample, full, logits.size(1)) if model.training else None
+            fit, distill_loss = self.fitted(task_loss, logits, teacher)
             passes.add(fit + sample_size * self.budget_weight * budget_term
                        - sample_size * self.exploration_weight * exploration.rate * entropy)
         num_layers = len(model.encoder.sentence_encoder.layers)  # run or skipped
