@@ -8,16 +8,22 @@ from budget_research import recipe_candidates
 from budget_research.recipe_candidates import CANDIDATES, TEACHER, candidate_command, report, run_candidates
 
 NESTED = ["fairseq-train", "DATA", "--save-dir", "SAVE/nested", "--tensorboard-logdir", "SAVE/nested/tensorboard",
-          "--sandwich-widths", "3"]
+          "--warmup-updates", "14", "--total-num-update", "240", "--max-update", "240", "--sandwich-widths", "3"]
 
 
 def test_a_candidate_is_the_recipes_command_moved_with_its_options(tmp_path):
     command = candidate_command({"nested": NESTED}, tmp_path, "dense teacher, narrow sandwich", tmp_path / "t.pt")
     out = tmp_path.resolve() / "candidates" / "dense-teacher-narrow-sandwich"
     assert command[:len(NESTED)] == ["fairseq-train", "DATA", "--save-dir", str(out), "--tensorboard-logdir",
-                                     str(out / "tensorboard"), "--sandwich-widths", "3"]
+                                     str(out / "tensorboard"), *NESTED[6:]]
     assert command[len(NESTED):] == ["--distill-logits", str(tmp_path / "t.pt"), "--sandwich-max-ratio", "0.5"]
     assert TEACHER not in " ".join(command)
+
+
+def test_twice_the_updates_doubles_the_schedule_in_place(tmp_path):
+    command = candidate_command({"nested": NESTED}, tmp_path, "narrow sandwich, twice the updates", None)
+    assert command[6:] == ["--warmup-updates", "28", "--total-num-update", "480", "--max-update", "480",
+                           "--sandwich-widths", "3", "--sandwich-max-ratio", "0.5"]
 
 
 def test_finished_candidates_are_neither_trained_nor_scored_again(tmp_path, monkeypatch):
@@ -50,6 +56,8 @@ def test_finished_candidates_are_neither_trained_nor_scored_again(tmp_path, monk
     assert scored == ["recipe", "narrow sandwich", *(n for n in CANDIDATES if n not in ("recipe", "narrow sandwich"))]
     text = report(found, "MR")
     assert "| uniform | 0.25 | 79.75 |" in text and "| uniform | mean of 0.4 and below | 79.75 |" in text
+    assert "`{twice the updates}`: the recipe's `--max-update`" in text and "`{teacher}`: the dense step's" in text
+    assert "Where:" not in report({"recipe": found["recipe"]}, "MR")
 
 
 def test_a_training_that_shared_the_machine_is_marked_so(tmp_path, monkeypatch):
