@@ -38,8 +38,9 @@ def main(argv=None) -> int:
         if args.shared:
             found["shared"] = True
         write_json(args.out_dir / "recipe-memory.json", found)
-        write_atomic(args.out_dir / "recipe-memory.md", report(found))
-        print(report(found))
+        text = report(found)
+        write_atomic(args.out_dir / "recipe-memory.md", text)
+        print(text)
 
     return run_cli(body)
 
