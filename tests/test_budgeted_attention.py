@@ -1,7 +1,6 @@
 """The attention math: budgets, masks, exact zeros, equivalence, gradients."""
 
 import argparse
-import contextlib
 import math
 
 import pytest
@@ -11,6 +10,7 @@ from fairseq.modules import MultiheadAttention
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 
 from budget_plugin.config import BudgetConfig
+from budget_plugin.dial.settings import LayerDial
 from budget_plugin.modules import BudgetedAttention, BudgetedEncoderLayer, LearnedRouter
 from budget_plugin.modules.flops import attention_flops
 from budget_plugin.modules.router import summarize
@@ -52,9 +52,10 @@ def test_routes_have_per_example_budgets_within_bounds():
 @pytest.mark.parametrize("path", ["fast", "reference"])
 def test_unselected_heads_contribute_exactly_zero(path):
     attention, (x, padding) = make_attention(attention_path=path), make_inputs()
-    with torch.no_grad(), attention.router.forced(2):
-        route = attention.router(x, padding)
-        before, _ = attention(x, key_padding_mask=padding)
+    dial = LayerDial(heads=2)
+    with torch.no_grad():
+        route = attention.router(x, padding, dial=dial)
+        before, _ = attention(x, key_padding_mask=padding, dial=dial)
         d = attention.head_dim
         for h in range(H):  # wreck every head that example 0 did not select
             if not route.selected[0, h]:
@@ -62,16 +63,16 @@ def test_unselected_heads_contribute_exactly_zero(path):
                 for proj in (attention.q_proj, attention.k_proj, attention.v_proj):
                     proj.weight[rows] = 1e3
                 attention.out_proj.weight[:, rows] = 1e3
-        after, _ = attention(x, key_padding_mask=padding)
+        after, _ = attention(x, key_padding_mask=padding, dial=dial)
     assert torch.equal(before[:, 0], after[:, 0])
 
 
 def test_fairseqs_call_is_budgeted():
     """``self_attn(x, x, x, key_padding_mask=...)``, as fairseq calls attention, runs the
-    budget: with one forced head it differs from fairseq's all-heads attention."""
+    budget: with one dialled head it differs from fairseq's all-heads attention."""
     attention, (x, padding) = make_attention(), make_inputs()
-    with torch.no_grad(), attention.router.forced(1):
-        called, stats = attention(x, x, x, key_padding_mask=padding)
+    with torch.no_grad():
+        called, stats = attention(x, x, x, key_padding_mask=padding, dial=LayerDial(heads=1))
         reference = attention.attend_all_heads(x, padding, stats["selected"].float())
         every_head = MultiheadAttention.forward(attention, x, x, x, key_padding_mask=padding, need_weights=False)[0]
     assert (stats["heads"] == 1).all()
@@ -114,8 +115,7 @@ def test_full_budget_equals_fairseq_encoder_layer(mode):
         layer.train(mode == "train")
     x, padding = make_inputs()
     expected = stock(x, padding)
-    with budgeted.self_attn.router.forced(H):
-        actual, stats = budgeted(x, padding)
+    actual, stats = budgeted(x, padding, dial=LayerDial(heads=H))
     assert (stats["heads"] == H).all() and stats["layer"] == 0
     assert_close(actual, expected)
 
@@ -129,26 +129,31 @@ def test_default_initial_budget_is_all_heads():
     assert_close(actual, stock(x, padding))
 
 
-@pytest.mark.parametrize("forced", [None, 1, 2, 3])
-def test_fast_path_equals_reference_path(forced):
+@pytest.mark.parametrize("heads", [None, 1, 2, 3])
+def test_fast_path_equals_reference_path(heads):
     attention, (x, padding) = make_attention(), make_inputs()
-    with torch.no_grad(), (attention.router.forced(forced) if forced else contextlib.nullcontext()):
+    dial = LayerDial(heads=heads)  # None: the router's budgets
+    with torch.no_grad():
         attention.fast_path = True
-        fast, stats = attention(x, key_padding_mask=padding)
+        fast, stats = attention(x, key_padding_mask=padding, dial=dial)
         attention.fast_path = False
-        reference, _ = attention(x, key_padding_mask=padding)
+        reference, _ = attention(x, key_padding_mask=padding, dial=dial)
     assert_close(fast, reference)
-    assert forced is not None or len(set(stats["heads"].tolist())) > 1
+    assert heads is not None or len(set(stats["heads"].tolist())) > 1
 
 
-def test_forced_heads_end_with_the_block_even_on_error():
-    attention = make_attention()
-    with pytest.raises(RuntimeError), attention.router.forced(1):
-        raise RuntimeError
-    assert attention.router.forced_heads is None
-    with pytest.raises(ValueError, match=r"forced heads must be in \[1, 4\]"):
-        with attention.router.forced(H + 1):
-            pass
+@pytest.mark.parametrize("training", [False, True])
+def test_a_dials_heads_hold_for_its_call_only(training):
+    """The count is an argument of the call, in training as at evaluation: the next call
+    without it runs the router's own budgets; a count outside [1, H] is refused."""
+    attention, (x, padding) = make_attention(), make_inputs()
+    attention.train(training)
+    _, dialled = attention(x, key_padding_mask=padding, dial=LayerDial(heads=1))
+    _, own = attention(x, key_padding_mask=padding)
+    assert (dialled["heads"] == 1).all() and len(set(own["heads"].tolist())) > 1
+    for heads in (0, H + 1):
+        with pytest.raises(ValueError, match=rf"a dial's heads must be in \[1, {H}\], got {heads}"):
+            attention(x, key_padding_mask=padding, dial=LayerDial(heads=heads))
 
 
 def sigmoid(z):
@@ -236,10 +241,10 @@ def test_flops_scale_with_heads():
 def test_fast_path_runs_with_autograd_enabled():
     """Inference without torch.no_grad() (as hub users call it) takes the fast path too."""
     attention, (x, padding) = make_attention(), make_inputs()
-    with attention.router.forced(3):
-        fast, _ = attention(x, key_padding_mask=padding)
-        attention.fast_path = False
-        reference, _ = attention(x, key_padding_mask=padding)
+    dial = LayerDial(heads=3)
+    fast, _ = attention(x, key_padding_mask=padding, dial=dial)
+    attention.fast_path = False
+    reference, _ = attention(x, key_padding_mask=padding, dial=dial)
     assert_close(fast, reference)
 
 

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from budget_plugin.option_error import OptionError
-from budget_plugin.dial.calibration import calibration_ratios
+from budget_plugin.dial.calibration import SHIFT_RESOLUTION, calibration_ratios
 from budget_plugin.dial.parsing import parse_head_ratio
 from budget_plugin.dial.settings import Dial, HeadRatio
 from budget_plugin.dial.state_format import STATE_FORMAT
@@ -78,10 +78,10 @@ def test_counts_dial_runs_those_heads_with_no_router():
     tokens = random_tokens()
     with torch.no_grad(), model.dialled("2,3"):
         dialled, extra = model(tokens, classification_head_name=HEAD)
-    with torch.no_grad(), model.forced_heads([2, 3]):
-        forced, _ = model(tokens, classification_head_name=HEAD)
+    with torch.no_grad():
+        given, _ = model(tokens, classification_head_name=HEAD, dial=Dial(counts=(2, 3)))
     assert [layer["heads"].tolist() for layer in extra["budget"]] == [[2] * 6, [3] * 6]
-    assert torch.equal(dialled, forced)
+    assert torch.equal(dialled, given)
     with torch.no_grad():
         _, extra = model(tokens, classification_head_name=HEAD)
     assert len(set(torch.cat([layer["heads"] for layer in extra["budget"]]).tolist())) > 1, "the router's again"
@@ -105,6 +105,24 @@ def test_the_dial_is_for_evaluation_only():
     _, plain = model(tokens)
     assert torch.equal(torch.stack([l["budget"] for l in dialled["budget"]]),
                        torch.stack([l["budget"] for l in plain["budget"]]))
+
+
+def test_a_dial_given_to_the_call_applies_in_training_too():
+    """A call's own dial runs its counts in training as at evaluation (the sandwich's
+    widths), over the model's own setting, which stays out of training."""
+    model = nested_model().train()
+    tokens = random_tokens()
+    with model.dialled("1,1"):
+        torch.manual_seed(0)
+        _, given = model(tokens, dial=Dial(counts=(2, 3)))
+        torch.manual_seed(0)
+        _, own = model(tokens)
+    torch.manual_seed(0)
+    _, plain = model(tokens)
+    assert [layer["heads"].tolist() for layer in given["budget"]] == [[2] * 6, [3] * 6]
+    assert torch.equal(torch.stack([l["heads"] for l in own["budget"]]),
+                       torch.stack([l["heads"] for l in plain["budget"]]))
+    assert not all((l["heads"] == 1).all() for l in own["budget"]), "the router's own counts, not the dialled ones"
 
 
 def test_calibration_makes_every_dialled_ratio_the_mean_on_its_split():
@@ -143,8 +161,8 @@ def test_the_pruned_export_computes_the_dialled_model_with_fewer_weights(counts)
     state = checkpoint_of(model)
     pruned = as_budgetformer(pruned_checkpoint(state, counts))
     tokens = random_tokens()
-    with torch.no_grad(), model.forced_heads(counts):
-        expected, _ = model(tokens, classification_head_name=HEAD)
+    with torch.no_grad():
+        expected, _ = model(tokens, classification_head_name=HEAD, dial=Dial(counts=tuple(counts)))
     with torch.no_grad():
         found, extra = pruned(tokens, classification_head_name=HEAD)
     assert_close(found, expected)
@@ -190,10 +208,10 @@ def test_the_sandwich_adds_every_width_distilled_from_the_full_one():
                       log_target=True)
         return 0.5 * F.cross_entropy(z, target, reduction="sum") + 0.5 * 4 * kl
 
-    with model.forced_heads([1, 1]):
-        smallest = model(**sample["net_input"], features_only=True, classification_head_name=HEAD)[0]
-    with model.forced_heads(random_width):
-        drawn = model(**sample["net_input"], features_only=True, classification_head_name=HEAD)[0]
+    smallest = model(**sample["net_input"], features_only=True, classification_head_name=HEAD,
+                     dial=Dial(counts=(1, 1)))[0]
+    drawn = model(**sample["net_input"], features_only=True, classification_head_name=HEAD,
+                  dial=Dial(counts=tuple(random_width)))[0]
     logits, _ = model(**sample["net_input"], features_only=True, classification_head_name=HEAD)
     widths = F.cross_entropy(full, target, reduction="sum") + mixed(smallest) + mixed(drawn)
     assert_close(logs["width_loss"], widths)
@@ -208,7 +226,7 @@ def test_train_step_backpropagates_each_width_as_it_comes_to_the_same_gradient(m
     """The task's train_step hands the criterion its optimizer's backward: every pass of
     the sandwich is backpropagated as soon as it is computed (one graph alive at a time),
     and the gradient is the one of the summed loss, with dropout on (same seed)."""
-    task = SimpleNamespace(label_dictionary=None)
+    task = SimpleNamespace(label_dictionary=None, cfg=SimpleNamespace(cpu_precision="fp32"))
     criterion = make_criterion(sandwich_widths=4, min_ffn_ratio=min_ffn_ratio, distill_weight=0.5)
     model = nested_model(min_heads=1, encoder_ffn_embed_dim=32).train()
     sample = make_sample()
@@ -236,6 +254,33 @@ def test_train_step_backpropagates_each_width_as_it_comes_to_the_same_gradient(m
     scale = max(g.abs().max().item() for g in at_once)  # the whole gradient's (k_proj.bias's is 0 but for rounding)
     for a, b in zip(by_pass, at_once):
         assert_close(a, b, scale=scale)
+
+
+@pytest.mark.parametrize("update, passes", [(0, 4), (1, 3), (2, 3), (3, 3), (4, 4)])
+def test_router_interval_runs_the_routers_pass_every_nth_update(update, passes):
+    """--router-interval 4: the router's pass on updates 0, 4, 8, ... (its budgets then
+    get a gradient); the updates between are --no-router-pass's, pass for pass."""
+    model = without_dropout(nested_model(min_heads=1).train())
+    model.set_num_updates(update)
+    calls = []
+    hook = model.register_forward_hook(lambda *_: calls.append(1))
+    torch.manual_seed(5)
+    loss, _, logs = make_criterion(sandwich_widths=3, distill_weight=0.5, router_interval=4)(model, make_sample())
+    hook.remove()
+    loss.backward()
+    budget = model.encoder.sentence_encoder.layers[0].self_attn.router.budget_proj.weight
+    assert len(calls) == passes and (budget.grad is not None) == (passes == 4)
+    if passes == 3:
+        torch.manual_seed(5)
+        alone, _, _ = make_criterion(sandwich_widths=3, distill_weight=0.5, no_router_pass=True)(model, make_sample())
+        assert_close(loss, alone)
+
+
+def test_router_interval_needs_the_sandwich():
+    with pytest.raises(OptionError, match=r"--router-interval must be 1 unless --sandwich-widths is 1 or more"):
+        make_criterion(router_interval=2)
+    with pytest.raises(OptionError, match=r"--router-interval must be >= 1, got 0"):
+        make_criterion(sandwich_widths=3, router_interval=0)
 
 
 def test_no_router_pass_trains_the_sandwich_alone_and_logs_its_full_width():
@@ -339,6 +384,28 @@ def test_the_table_covers_the_whole_accepted_range_and_its_ends_are_exact():
     assert parse_head_ratio("1", 2, 4, 1).counts == [4, 4]
     with nested_model().dialled("0.25"):
         pass
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_calibration_finds_the_ends_exactly_and_most_ratios_in_one_run(seed):
+    """The ends come from one run each at the bounds: the bottom row is the last shift at
+    --min-heads and the top the first at every head, to SHIFT_RESOLUTION (checked here by
+    runs on either side). Each other ratio is proposed from the nearest run's logits:
+    at most two runs a ratio in all, where bisection took about seven (54-65 runs here)."""
+    torch.manual_seed(seed)
+    model, data = nested_model(), dial_batches(seed=seed)
+    lines = []
+    table = calibrate(model, data, log=lines.append)
+
+    def ratio(shift):
+        with model.dialled(Dial(shift=shift)):
+            return mean_ratio(model, data)
+
+    bottom, top = table[0, 1].item(), table[-1, 1].item()
+    assert ratio(bottom) == 0.25 < ratio(bottom + SHIFT_RESOLUTION)
+    assert ratio(top) == 1.0 > ratio(top - SHIFT_RESOLUTION)
+    runs = int(lines[-1].split()[0])
+    assert lines[-1] == f"{runs} runs over the split" and runs <= 2 * len(calibration_ratios(1, 4))
 
 
 def test_a_ratio_outside_a_table_is_refused_naming_its_range():

@@ -284,6 +284,9 @@ class Optimizer:  # what train_step uses of fairseq's optimizer
         loss.backward()
 
 
+FP32_TASK = SimpleNamespace(cfg=SimpleNamespace(cpu_precision="fp32"))  # what train_step reads of the task
+
+
 def sandwich_steps(no_router_pass, find_unused):
     criterion = BudgetSentencePredictionCriterion(
         BudgetSentencePredictionConfig(sandwich_widths=3, distill_weight=0.5, target_head_ratio=0.5,
@@ -305,7 +308,7 @@ def sandwich_steps(no_router_pass, find_unused):
         model.zero_grad()
         alone.zero_grad()
         torch.manual_seed(7 + step)  # the sandwich's widths: the same in every process, as fairseq seeds them
-        BudgetSentencePredictionTask.train_step(None, sample, wrapped, criterion, Optimizer(), step)
+        BudgetSentencePredictionTask.train_step(FP32_TASK, sample, wrapped, criterion, Optimizer(), step)
         torch.manual_seed(7 + step)
         criterion(alone, sample)[0].backward()
         own = torch.cat([p.grad.flatten() for p in alone.parameters() if p.grad is not None])

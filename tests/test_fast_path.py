@@ -2,11 +2,10 @@
 of the head-major weights or gathered, one head set in fairseq's layout, learned
 (varying) k, and any memory layout of the attention kernel's output (CUDA's)."""
 
-import contextlib
-
 import pytest
 import torch
 
+from budget_plugin.dial.settings import LayerDial
 from budget_plugin.modules import head_subset
 from helpers import WeightCopies, assert_close, cuda_layout, routed_attention
 
@@ -15,10 +14,6 @@ T, C, H = 12, 48, 6
 
 def make_attention():
     return routed_attention(C, H)
-
-
-def forced(attention, heads):
-    return attention.router.forced(heads) if heads else contextlib.nullcontext()
 
 
 def padded(batch, seed=0):
@@ -43,8 +38,8 @@ def test_fast_path_equals_reference(gather, heads, batch, monkeypatch):
     if gather:
         monkeypatch.setattr(head_subset, "GATHER_ROWS", 0)
     x, padding = padded(batch)
-    with torch.no_grad(), forced(attention, heads):
-        selected = attention.router(x, padding).selected
+    with torch.no_grad():
+        selected = attention.router(x, padding, dial=LayerDial(heads=heads)).selected  # None: the router's budgets
         fast = attention.attend_selected_heads(x, padding, selected)
         expected = reference(attention, x, padding, selected)
     assert fast.shape == x.shape
@@ -60,10 +55,10 @@ def test_with_autograd_recording_eval_mode_takes_the_gated_path():
     attention = make_attention()
     x, padding = padded(5, seed=2)
     x.requires_grad_(True)
-    with attention.router.forced(3):
-        out, stats = attention(x, key_padding_mask=padding)
-        with torch.no_grad():
-            fast, _ = attention(x, key_padding_mask=padding)
+    dial = LayerDial(heads=3)
+    out, stats = attention(x, key_padding_mask=padding, dial=dial)
+    with torch.no_grad():
+        fast, _ = attention(x, key_padding_mask=padding, dial=dial)
     assert_close(out, fast)
     out.square().sum().backward()
     q_grad = attention.q_proj.weight.grad.clone()
@@ -85,8 +80,8 @@ def test_fast_path_takes_any_layout_of_the_attention_output(heads, batch, monkey
                         cuda_layout(torch.nn.functional.scaled_dot_product_attention))
     q = torch.randn(2, 3, 4, 8)
     assert not torch.nn.functional.scaled_dot_product_attention(q, q, q).is_contiguous()
-    with torch.no_grad(), forced(attention, heads):
-        selected = attention.router(x, padding).selected
+    with torch.no_grad():
+        selected = attention.router(x, padding, dial=LayerDial(heads=heads)).selected
         fast = attention.attend_selected_heads(x, padding, selected)
         expected = reference(attention, x, padding, selected)
     assert_close(fast, expected)
@@ -136,8 +131,8 @@ def test_one_head_set_runs_on_views_of_the_cached_weights(batch):
     attention = make_attention()
     x, padding = padded(1)
     x, padding = x.expand(T, batch, C).contiguous(), padding.expand(batch, T)
-    with torch.no_grad(), attention.router.forced(2):
-        selected = attention.router(x, padding).selected
+    with torch.no_grad():
+        selected = attention.router(x, padding, dial=LayerDial(heads=2)).selected
         assert len(torch.unique(selected, dim=0)) == 1
         cached = attention.head_major_weights()
         with WeightCopies([cached.qkv, cached.out]) as one_set:

@@ -9,6 +9,7 @@ on CPU tensors: the same code, checked for values (bfloat16 excepted: the interp
 import pytest
 import torch
 
+from budget_plugin.dial.settings import LayerDial
 from budget_plugin.modules import gpu_heads
 from helpers import assert_close, routed_attention
 
@@ -86,8 +87,7 @@ def test_the_module_takes_the_triton_path_where_it_is_available(monkeypatch):
         expected = attention.attend_all_heads(x, padding, stats["selected"].float())
         assert calls == [1]
         assert_close(out, expected, rtol=TOLERANCE[torch.float32])
-        with attention.router.forced(4):
-            attention(x, key_padding_mask=padding)
+        attention(x, key_padding_mask=padding, dial=LayerDial(heads=4))
     assert calls == [1], "every head: fairseq's own attention, not the kernels"
 
 

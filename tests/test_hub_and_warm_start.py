@@ -6,10 +6,12 @@ import sys
 
 import pytest
 import torch
+import torch.nn.functional as F
 from fairseq import checkpoint_utils
 from fairseq.data.data_utils import collate_tokens
 
 from budget_plugin import BudgetFormerModel
+from budget_plugin.dial.settings import Dial
 from helpers import (REPO, assert_close, make_classification_data, run, train_args, trained_sst_like,
                      without_option)
 
@@ -49,8 +51,10 @@ def test_from_pretrained_encode_predict_head_usage(trained_sst):
     assert (pair == 2).sum() == 3  # <s> a </s> </s> b </s>, as the task builds pairs
     # the budget dial for one call: fixed counts per layer, then the router's own budgets again
     dialled = hub.predict("sentence_classification_head", tokens, head_ratio="1,2")
-    with hub.model.forced_heads([1, 2]):
-        assert torch.equal(dialled, hub.predict("sentence_classification_head", tokens))
+    with torch.no_grad():
+        logits, _ = hub.model(tokens.unsqueeze(0), classification_head_name="sentence_classification_head",
+                              dial=Dial(counts=(1, 2)))
+    assert torch.equal(dialled, F.log_softmax(logits, dim=-1))
     assert [layer["num_heads"] for layer in hub.head_usage(tokens, head_ratio="1,2")] == [1, 2]
     assert hub.head_usage(tokens) == usage
 

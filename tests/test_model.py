@@ -19,6 +19,7 @@ from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
 from budget_plugin.config import BudgetConfig
 from budget_plugin.criterions.budget_sentence_prediction import BudgetSentencePredictionCriterion
+from budget_plugin.dial.settings import Dial
 from budget_plugin.modules import BudgetedAttention, exploration_at
 from helpers import LEGACY, PLUGIN_DIR, assert_close, build_model, make_criterion, make_sample, random_tokens
 
@@ -98,18 +99,17 @@ def test_without_a_target_the_budget_starts_at_every_head():
     assert [layer["heads"].item() for layer in extra["budget"]] == [4, 4]
 
 
-def test_forced_heads_hold_inside_the_block_only():
+def test_a_dials_counts_hold_for_its_call_only():
     model = build_model().eval()
     tokens = random_tokens()
-    with model.forced_heads(1):
-        _, extra = model(tokens, features_only=True)
+    _, extra = model(tokens, features_only=True, dial=Dial.heads_per_layer(1, 2))
     assert all((s["heads"] == 1).all() for s in extra["budget"])
     _, extra = model(tokens, features_only=True)
     assert all((s["heads"] == 4).all() for s in extra["budget"]), "the learned (full) budget again"
-    with pytest.raises(ValueError, match="forced heads"):
-        with model.forced_heads(5):
-            pass
-    assert all(a.router.forced_heads is None for a in model.budgeted_attentions()), "nothing leaks"
+    with pytest.raises(ValueError, match=r"a dial's heads must be in \[1, 4\], got 5"):
+        model(tokens, features_only=True, dial=Dial(counts=(1, 5)))
+    with pytest.raises(ValueError, match="a dial's heads: 3 counts for 2 layers"):
+        Dial.heads_per_layer([1, 2, 3], 2)
 
 
 def test_layerdrop_keeps_every_layers_keys_in_every_logging_output():

@@ -3,7 +3,6 @@ prefix fast path on views of fairseq's own weights; the budget options it takes 
 it refuses: test_bad_input.py)."""
 
 import argparse
-import contextlib
 import math
 
 import pytest
@@ -12,6 +11,7 @@ from fairseq.models.transformer import TransformerConfig
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 
 from budget_plugin.config import BudgetConfig
+from budget_plugin.dial.settings import LayerDial
 from budget_plugin.modules import BudgetedAttention, BudgetedEncoderLayer, NestedRouter, prefix_heads
 from budget_plugin.modules.flops import attention_flops, flop_counter
 from helpers import WeightCopies, assert_close, build_model, cuda_layout, random_tokens
@@ -40,10 +40,6 @@ def inputs(batch, padding=True, seed=0, dtype=torch.float32):
     return x, torch.arange(T)[None, :] >= lengths[:, None]
 
 
-def forced(attention, heads):
-    return attention.router.forced(heads) if heads else contextlib.nullcontext()  # None: the router's counts
-
-
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("padding", [True, False])
 @pytest.mark.parametrize("batch", [1, 7])
@@ -53,8 +49,8 @@ def test_prefix_path_equals_the_gated_reference(dtype, padding, batch):
     attention = nested_attention(dtype)
     x, mask = inputs(batch, padding, dtype=dtype)
     for heads in [None, *range(1, H + 1)]:
-        with torch.no_grad(), forced(attention, heads):
-            fast, stats = attention(x, key_padding_mask=mask)
+        with torch.no_grad():
+            fast, stats = attention(x, key_padding_mask=mask, dial=LayerDial(heads=heads))  # None: the router's counts
             expected = attention.attend_all_heads(x, mask, stats["selected"].to(dtype))
         assert fast.shape == x.shape and fast.dtype == dtype and fast.is_contiguous()
         assert_close(fast, expected, rtol=TOLERANCE[dtype], msg=f"heads {heads}")
@@ -69,8 +65,8 @@ def test_prefix_path_takes_any_layout_of_the_attention_output(heads, monkeypatch
     x, mask = inputs(5, seed=3)
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
                         cuda_layout(torch.nn.functional.scaled_dot_product_attention))
-    with torch.no_grad(), forced(attention, heads):
-        fast, stats = attention(x, key_padding_mask=mask)
+    with torch.no_grad():
+        fast, stats = attention(x, key_padding_mask=mask, dial=LayerDial(heads=heads))
         expected = attention.attend_all_heads(x, mask, stats["selected"].float())
     assert_close(fast, expected)
 
@@ -98,8 +94,8 @@ def test_out_proj_product_reads_the_column_slice_in_place():
     attention = nested_attention()
     x, mask = inputs(5)
     width = 2 * (C // H)
-    with torch.no_grad(), torch.profiler.profile(record_shapes=True) as profile, attention.router.forced(2):
-        attention(x, key_padding_mask=mask)
+    with torch.no_grad(), torch.profiler.profile(record_shapes=True) as profile:
+        attention(x, key_padding_mask=mask, dial=LayerDial(heads=2))
     copies = [e for e in profile.events() if e.name in ("aten::copy_", "aten::clone", "aten::contiguous")]
     assert not [e for e in copies if [C, width] in e.input_shapes or [width, C] in e.input_shapes]
     assert any(e.name == "aten::addmm" and [width, C] in e.input_shapes for e in profile.events())
@@ -133,8 +129,7 @@ def test_full_count_is_fairseqs_own_attention():
     for mode in ("fast", "reference", "train"):
         budgeted.self_attn.fast_path = mode == "fast"
         stock.train(mode == "train"), budgeted.train(mode == "train")
-        with budgeted.self_attn.router.forced(H):
-            actual, stats = budgeted(x, mask)
+        actual, stats = budgeted(x, mask, dial=LayerDial(heads=H))
         assert (stats["heads"] == H).all()
         assert_close(actual, stock(x, mask), msg=mode)
 
@@ -153,8 +148,7 @@ def test_the_router_predicts_a_count_and_runs_a_prefix():
     assert_close(route.relevance, route.selected / route.heads[:, None].float())
     assert_close(route.relevance.sum(-1), torch.ones(16))
     assert not route.relevance.requires_grad
-    with router.forced(3):
-        assert router(x, mask).selected.tolist() == [[True] * 3 + [False] * 3] * 16
+    assert router(x, mask, dial=LayerDial(heads=3)).selected.tolist() == [[True] * 3 + [False] * 3] * 16
 
 
 def sigmoid(z):
@@ -207,9 +201,8 @@ def test_training_at_a_forced_count_computes_that_prefix_with_the_gated_paths_gr
     def run(prefix: bool):
         attention.zero_grad()
         source = x.clone().requires_grad_()
-        with attention.router.forced(count):
-            route = attention.router(source, mask)
-            out = attention.attend_all_heads(source, mask, route.gate, count if prefix else None)
+        route = attention.router(source, mask, dial=LayerDial(heads=count))
+        out = attention.attend_all_heads(source, mask, route.gate, count if prefix else None)
         (out * torch.linspace(-1, 1, C)).sum().backward()
         return out, source.grad, {n: p.grad.clone() for n, p in attention.named_parameters() if p.grad is not None}
 
@@ -224,8 +217,8 @@ def test_training_at_a_forced_count_computes_that_prefix_with_the_gated_paths_gr
         assert_close(grad, grads_full[name], scale=scale, msg=name)
     rows = count * C // H
     assert grads["q_proj.weight"][rows:].abs().sum() == 0 and grads["q_proj.weight"][:rows].abs().sum() > 0
-    with attention.router.forced(count):  # the module's own forward takes the prefix at a fixed count
-        assert_close(attention(x, key_padding_mask=mask)[0], full)
+    # the module's own forward takes the prefix at a fixed count
+    assert_close(attention(x, key_padding_mask=mask, dial=LayerDial(heads=count))[0], full)
 
 
 def test_the_budget_options_apply_to_nested():
@@ -289,12 +282,12 @@ def test_fast_path_statistics_are_the_reference_paths_computed_when_read(monkeyp
             attention(x, key_padding_mask=mask)
     assert type(expected) is dict and sorted(stats) == sorted(expected)
     for key, value in expected.items():  # the fast path works the budgets out on the host, in float64
-        if key == "budget":
+        if key in ("budget", "budget_logit"):
             assert_close(stats[key], value, msg=key)
         else:
             assert torch.equal(stats[key], value), key
     stats["layer"] = 3
-    assert len(stats) == 7 and stats["layer"] == 3
+    assert len(stats) == 8 and stats["layer"] == 3
 
 
 def test_layer_statistics_compute_each_group_once_and_keep_what_was_set():
@@ -316,8 +309,8 @@ def test_prefix_path_under_autocast(heads):
     casts the products' inputs; the prefix path returns what the reference path does."""
     attention = nested_attention()
     x, mask = inputs(7)
-    with torch.no_grad(), forced(attention, heads), torch.autocast("cpu", dtype=torch.bfloat16):
-        fast, stats = attention(x, key_padding_mask=mask)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        fast, stats = attention(x, key_padding_mask=mask, dial=LayerDial(heads=heads))
         expected = attention.attend_all_heads(x, mask, stats["selected"].float())
     assert fast.dtype == expected.dtype == torch.bfloat16
     assert_close(fast, expected, rtol=2e-2)  # bfloat16's 8 bits of mantissa

@@ -4,6 +4,7 @@ first, without changing what the model computes."""
 import pytest
 import torch
 
+from budget_plugin.dial.settings import Dial
 from budget_plugin.nested.reorder import head_order, reorder_heads
 from budget_plugin.tools.building import build_model, size_options
 from helpers import assert_close, random_tokens
@@ -35,9 +36,9 @@ def vary_routers(model):
     return model
 
 
-def outputs(model, tokens):
+def outputs(model, tokens, **kwargs):
     with torch.no_grad():
-        features, extra = model(tokens, features_only=True)
+        features, extra = model(tokens, features_only=True, **kwargs)  # kwargs: a budgetformer's dial
         logits = model.classification_heads["sentence_classification_head"](features)
     return features, logits, extra
 
@@ -118,14 +119,12 @@ def test_a_reordered_dense_model_runs_its_most_important_heads_as_a_nested_prefi
     nested = build(head_selection="nested")
     nested.load_state_dict(state, strict=False)  # the routers keep their fresh start
     tokens = random_tokens(vocab=50)
-    with nested.forced_heads(H):
-        assert_close(outputs(nested, tokens)[1], outputs(dense, tokens)[1])
+    assert_close(outputs(nested, tokens, dial=Dial.heads_per_layer(H, LAYERS))[1], outputs(dense, tokens)[1])
     for k in (1, 2, 3):
         kept = build(head_selection="kept", kept_heads=";".join(
             ",".join(map(str, layer[:k].tolist())) for layer in order))
         kept.load_state_dict(dense.state_dict(), strict=False)
-        with nested.forced_heads(k):
-            features, logits, extra = outputs(nested, tokens)
+        features, logits, extra = outputs(nested, tokens, dial=Dial.heads_per_layer(k, LAYERS))
         assert all(layer["selected"][:, :k].all() and not layer["selected"][:, k:].any() for layer in extra["budget"])
         assert_close(logits, outputs(kept, tokens)[1])
 

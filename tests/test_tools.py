@@ -14,6 +14,7 @@ import torch
 from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.models.roberta import RobertaModel
 
+from budget_plugin.dial.settings import Dial
 from budget_plugin.models.budgetformer import BudgetFormerModel
 from budget_plugin.tools import fairseq_cli
 from budget_plugin.tools.building import (
@@ -276,7 +277,7 @@ def test_a_twin_has_the_weights_and_the_changed_options():
     stock = twin(model, "roberta")
     assert type(stock) is RobertaModel and not stock.training
     tokens = torch.randint(4, 30, (2, 7))
-    with torch.no_grad(), model.forced_heads(4):
-        want = model(tokens, classification_head_name="sentence_classification_head")[0]
+    with torch.no_grad():
+        want = model(tokens, classification_head_name="sentence_classification_head", dial=Dial(counts=(4, 4)))[0]
     with torch.no_grad():
         assert_close(stock(tokens, classification_head_name="sentence_classification_head")[0], want)

@@ -173,9 +173,8 @@ def test_the_sandwich_trains_ffn_widths_with_the_heads():
     heads, neurons = torch.randint(1, 5, (2,)).tolist(), torch.randint(32, F + 1, (2,)).tolist()
 
     def width(h, f):
-        with model.forced_heads(h):
-            logits = model(**sample["net_input"], features_only=True, classification_head_name=HEAD,
-                           dial=Dial(neurons=tuple(f)))[0]
+        logits = model(**sample["net_input"], features_only=True, classification_head_name=HEAD,
+                       dial=Dial(counts=tuple(h), neurons=tuple(f)))[0]
         return F_.cross_entropy(logits, sample["target"], reduction="sum")
 
     expected = F_.cross_entropy(full, sample["target"], reduction="sum") + width([1, 1], [32, 32]) + \
@@ -210,9 +209,8 @@ def test_hidden_state_distillation_adds_each_layers_mean_squared_difference_from
     _, _, logs = criterion(model, sample)
 
     def run(heads, neurons):
-        with model.forced_heads(heads):
-            logits, extra = model(**sample["net_input"], features_only=True, return_all_hiddens=True,
-                                  classification_head_name=HEAD, dial=Dial(neurons=neurons))
+        logits, extra = model(**sample["net_input"], features_only=True, return_all_hiddens=True,
+                              classification_head_name=HEAD, dial=Dial(counts=tuple(heads), neurons=neurons))
         return logits, extra["inner_states"][1:]
 
     full, teacher = run([4, 4], None)

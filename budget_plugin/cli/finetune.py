@@ -33,6 +33,7 @@ from budget_plugin.data.binarize import num_classes
 from budget_plugin.dial.width import WIDTHS
 from budget_plugin.nested import finetune
 from budget_plugin.nested.recipe import NestedRecipe, finetune_nested
+from budget_plugin.precision import CHOICES, cpu_bf16
 from budget_plugin.serving.width_latency import DENSE, serving_summary
 from budget_plugin.tools.checkpoints import load_checkpoint
 from budget_plugin.tools.errors import DataError, run_cli
@@ -72,6 +73,9 @@ def main(argv=None) -> int:
     parser.add_argument("--no-router", action="store_true",
                         help="train the fixed widths only, not the router's per-input budgets: a cheaper nested "
                         "step for a model served at --width, with no --head-ratio dial (default: both)")
+    parser.add_argument("--router-interval", type=int, default=nested.router_interval,
+                        help="train the router's budgets every N updates, the fixed widths alone between: a "
+                        "cheaper nested step that keeps the --head-ratio dial (default: %(default)s)")
     parser.add_argument("--calibration-examples", type=int, default=nested.calibration_examples,
                         help="the head dial is calibrated on about this many dev examples, spread over their "
                         "lengths (0: all of dev; default: %(default)s)")
@@ -79,12 +83,18 @@ def main(argv=None) -> int:
     parser.add_argument("--cpu", action="store_true", help="train on the CPU even where there is a GPU "
                         "(default: the GPU when there is one)")
     parser.add_argument("--fp16", action="store_true", help="train in half precision (fairseq's --fp16; GPU only)")
+    parser.add_argument("--cpu-precision", choices=CHOICES, default=dense.cpu_precision,
+                        help="on the CPU, train in bfloat16 autocast (bf16: fp32 weights, optimizer state and "
+                        "losses), in fp32, or in bf16 where the CPU has bfloat16 instructions (default: "
+                        "%(default)s)")
     parser.add_argument("--no-latency", action="store_true",
                         help="skip the summary's ONNX Runtime int8 exports and timings of each width (default: "
                         "run them when onnxruntime is installed: the export extra)")
     parser.add_argument("--redo", action="store_true",
                         help="where SAVE_DIR holds steps run with other options, run them again (default: refuse)")
     args = parser.parse_args(argv)
+    if args.router_interval < 1:
+        parser.error(f"--router-interval must be >= 1, got {args.router_interval}")
     if args.calibration_examples < 0:
         parser.error(f"--calibration-examples must be >= 0 (0: all of dev), got {args.calibration_examples}")
     cpu = args.cpu or not torch.cuda.is_available()
@@ -101,12 +111,17 @@ def main(argv=None) -> int:
             raise DataError(f"--num-classes {args.num_classes}, but {args.data_dir}/label/dict.txt has {classes}")
         recipe = finetune.Recipe(lr=args.lr, epochs=args.epochs, seed=args.seed, max_updates=args.max_updates,
                                  max_tokens=args.max_tokens or None,
-                                 validate_interval_updates=args.validate_interval_updates, save_optimizer=False)
+                                 validate_interval_updates=args.validate_interval_updates, save_optimizer=False,
+                                 cpu_precision=args.cpu_precision)
         budgets = NestedRecipe(lr=args.lr, max_updates=args.max_updates, min_heads=args.min_heads,
                                sandwich_widths=args.sandwich_widths, sandwich_max_ratio=args.sandwich_max_ratio,
                                min_ffn_ratio=args.min_ffn_ratio,
-                               calibration_examples=args.calibration_examples, router=not args.no_router)
-        log(f"training on the {'CPU' if cpu else 'GPU'}" + (" in half precision" if args.fp16 else ""))
+                               calibration_examples=args.calibration_examples, router=not args.no_router,
+                               router_interval=args.router_interval)
+        precision = " in half precision" if args.fp16 else ""
+        if cpu:
+            precision = " in bfloat16 autocast" if cpu_bf16(args.cpu_precision) else " in fp32"
+        log(f"training on the {'CPU' if cpu else 'GPU'}{precision}")
         best = finetune_nested(args.model_dir, args.data_dir, args.save_dir, recipe, budgets, log, args.threads,
                                redo=args.redo, cpu=cpu, fp16=args.fp16)
         dense, task = load_checkpoint(best["dense"], args.data_dir)

@@ -16,9 +16,10 @@ from fairseq.criterions.sentence_prediction import (
 from torch import Tensor
 
 from ..dial.settings import Dial
-from ..option_error import OptionError, require
+from ..option_error import OptionError
 from .budget_metrics import budget_logs, reduce_budget_metrics
 from .distillation import hidden_distillation, soft_distillation
+from .option_checks import check_options
 from .teacher_logits import load_teacher_logits
 from .update_passes import UpdatePasses
 
@@ -70,30 +71,10 @@ class BudgetSentencePredictionConfig(SentencePredictionCriterionConfig):
         default=False, metadata={"help": "with --sandwich-widths, train the fixed widths only, not the router's "
                                  "budgets: one pass fewer, for a model served at --width (--head-ratio untrained)"}
     )
-
-
-def check_options(cfg: BudgetSentencePredictionConfig, regression_target: bool) -> None:
-    """Every check of the criterion's options, each refused naming the option."""
-    target = cfg.target_head_ratio or None
-    require(cfg.budget_weight >= 0, "budget-weight", ">= 0", cfg.budget_weight)
-    require(cfg.exploration_weight >= 0, "exploration-weight", ">= 0", cfg.exploration_weight)
-    require(target is None or 0 < target <= 1, "target-head-ratio", "in (0, 1] (or 0 for none)", target)
-    require(cfg.sandwich_widths >= 0, "sandwich-widths", ">= 0", cfg.sandwich_widths)
-    require(0 <= cfg.min_ffn_ratio <= 1, "min-ffn-ratio", "in [0, 1]", cfg.min_ffn_ratio)
-    require(not cfg.min_ffn_ratio or cfg.sandwich_widths > 1, "min-ffn-ratio",
-            "0 unless --sandwich-widths is 2 or more (the FFN's widths are the sandwich's)", cfg.min_ffn_ratio)
-    require(0 < cfg.sandwich_max_ratio <= 1, "sandwich-max-ratio", "in (0, 1]", cfg.sandwich_max_ratio)
-    require(not cfg.no_router_pass or cfg.sandwich_widths > 0, "no-router-pass",
-            "unset unless --sandwich-widths is 1 or more (the update would train nothing)", cfg.no_router_pass)
-    require(cfg.distill_hidden_weight >= 0, "distill-hidden-weight", ">= 0", cfg.distill_hidden_weight)
-    require(not cfg.distill_hidden_weight or cfg.sandwich_widths > 1, "distill-hidden-weight",
-            "0 unless --sandwich-widths is 2 or more (it distils the full width into narrower ones)",
-            cfg.distill_hidden_weight)
-    if cfg.distill_logits:
-        require(not regression_target, "distill-logits", "unset with --regression-target", cfg.distill_logits)
-    if cfg.distill_logits or (cfg.sandwich_widths and not regression_target):
-        require(0 <= cfg.distill_weight <= 1, "distill-weight", "in [0, 1]", cfg.distill_weight)
-        require(cfg.distill_temperature > 0, "distill-temperature", "> 0", cfg.distill_temperature)
+    router_interval: int = field(
+        default=1, metadata={"help": "with --sandwich-widths, the router's pass (its budgets) every N updates; the "
+                             "updates between train the fixed widths alone (1: every update)"}
+    )
 
 
 class _Recorder:
@@ -127,6 +108,9 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
     ``--report-pearson-and-spearman`` report GLUE's metrics as ``sentence_prediction``
     does, beside the budget statistics."""
 
+    # the task's train_step hands forward its optimizer's backward (UpdatePasses)
+    runs_own_backward = True
+
     def __init__(self, cfg: BudgetSentencePredictionConfig, task):
         super().__init__(cfg, task)
         check_options(cfg, self.regression_target)
@@ -136,7 +120,7 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
         self.sandwich_widths = cfg.sandwich_widths
         self.min_ffn_ratio, self.max_ratio = cfg.min_ffn_ratio, cfg.sandwich_max_ratio
         self.distill_hidden_weight = cfg.distill_hidden_weight
-        self.no_router_pass = cfg.no_router_pass
+        self.no_router_pass, self.router_interval = cfg.no_router_pass, cfg.router_interval
         self.teacher = load_teacher_logits(cfg.distill_logits) if cfg.distill_logits else None
         self.distill_weight = self.distill_temperature = None  # no logits to distil
         if cfg.distill_logits or (cfg.sandwich_widths and not self.regression_target):
@@ -153,10 +137,10 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
                               "(--arch budgetformer*); use sentence_prediction for others")
         passes = UpdatePasses(model, backward)
         sandwich = bool(self.sandwich_widths) and model.training
-        without_router = sandwich and self.no_router_pass
+        without_router = sandwich and (self.no_router_pass or model.num_updates % self.router_interval != 0)
         if without_router and getattr(model, "no_sync", None) and not getattr(model, "find_unused_parameters", True):
-            raise OptionError("--no-router-pass leaves the routers' parameters without gradients: data parallelism "
-                              "needs --find-unused-parameters with it")
+            raise OptionError("--no-router-pass and --router-interval leave the routers' parameters without "
+                              "gradients: data parallelism needs --find-unused-parameters with them")
         full, width_loss = self.sandwich(model, sample, passes, last=without_router) if sandwich else (None, None)
         # the router's pass last: it uses every parameter, so that data parallelism can
         # reduce the update's gradients once, after it. The parent's forward gives the
@@ -218,12 +202,10 @@ class BudgetSentencePredictionCriterion(SentencePredictionCriterion):
         """The classifier's logits with ``heads`` heads in each layer (None: every head)
         and its first ``neurons`` FFN neurons (None: every neuron), and, with
         --distill-hidden-weight, every layer's output (T x B x C; else none)."""
-        counts = heads or [model.args.encoder_attention_heads] * model.args.encoder_layers
-        dial = Dial(neurons=None if neurons is None else tuple(neurons))
+        dial = Dial.heads_per_layer(heads or model.args.encoder_attention_heads, model.args.encoder_layers, neurons)
         hiddens = bool(self.distill_hidden_weight)
-        with model.forced_heads(counts):
-            logits, extra = model(**sample["net_input"], features_only=True, return_all_hiddens=hiddens,
-                                  classification_head_name=self.classification_head_name, dial=dial)
+        logits, extra = model(**sample["net_input"], features_only=True, return_all_hiddens=hiddens,
+                              classification_head_name=self.classification_head_name, dial=dial)
         return logits, extra["inner_states"][1:] if hiddens else []  # [0]: the embeddings, not nested
 
     def task_loss(self, logits: Tensor, sample) -> Tensor:

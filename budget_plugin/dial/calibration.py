@@ -5,14 +5,18 @@ One shift for all layers and inputs moves the mean and keeps what the router lea
 which inputs and layers get more heads than others.
 
 A layer's budget depends on the layers before it (they ran fewer heads when shifted),
-so the shifts are found on the model's own runs, by bisection (the mean ratio only
-grows with the shift), each search starting from what the earlier ones found. At the
-ends, where every shift past a point gives the same ratio, the row holds the point (the
-last shift at --min-heads, the first at every head), so that the ratios just inside
-interpolate towards it. The table is stored in the checkpoint (the model's ``head_dial``
+so the shifts are found on the model's own runs. Each run also records every layer's
+budget logit for every example, from which the ratio at a nearby shift is modelled on
+the host: a search proposes the modelled shift, runs it, and models again from that
+run, so that most ratios take one run (the mean ratio only grows with the shift, so the
+runs so far bracket each search, and it bisects where a proposal does not close in).
+At the ends, where every shift past a point gives the same ratio, the row holds the
+point (the last shift at --min-heads, the first at every head), so that the ratios just
+inside interpolate towards it; one run at the bound gives it exactly (``end``). The table is stored in the checkpoint (the model's ``head_dial``
 buffer) with the split it was calibrated on (``dial_calibration``, which the export
 reads), so that serving needs no data; the model interpolates between its rows."""
 
+import math
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -20,7 +24,7 @@ import torch
 
 from ..tools.checkpoints import load_checkpoint, read, rewrite
 from ..tools.errors import DataError
-from ..tools.evaluation import layer_heads, split_batches
+from ..tools.evaluation import layer_heads, split_batches, tokens
 from .settings import Dial
 from .state_format import STATE_FORMAT
 
@@ -49,71 +53,132 @@ def mean_ratio(model, batches: Sequence[dict]) -> float:
     return sum(heads) / (len(heads) * model.args.encoder_attention_heads)
 
 
+class Runs:
+    """The model's runs over the batches, one per shift (each at most once): the mean
+    head ratio, and every layer's budget logit for every example (L x N, before the
+    shift), which is what the budgets of nearby shifts are modelled from."""
+
+    def __init__(self, model, batches: Sequence[dict]):
+        self.model, self.batches = model, batches
+        self.min_heads, self.heads = model.budget.min_heads, model.args.encoder_attention_heads
+        self.ratio: Dict[float, float] = {}
+        self.logits: Dict[float, torch.Tensor] = {}
+
+    @torch.no_grad()
+    def __call__(self, shift: float) -> float:
+        if shift not in self.ratio:
+            heads, logits = 0.0, []
+            with self.model.dialled(Dial(shift=shift)):
+                for sample in self.batches:
+                    layers = self.model(tokens(sample), features_only=True)[1]["budget"]
+                    heads += sum(float(layer["heads"].sum()) for layer in layers)
+                    logits.append(torch.stack([layer["budget_logit"] for layer in layers]))
+            logits = torch.cat(logits, dim=1)
+            self.ratio[shift], self.logits[shift] = heads / (logits.numel() * self.heads), logits
+        return self.ratio[shift]
+
+    def copy(self, shift: float, to: float):
+        """``to`` runs what ``shift`` ran (the same counts in every layer: see ``end``)."""
+        self.ratio[to], self.logits[to] = self.ratio[shift], self.logits[shift]
+
+    def modelled(self, shift: float, near: float) -> float:
+        """The mean ratio at ``shift`` if every layer's logits were those of the run at
+        ``near`` (they move as the layers before run other heads: a model, not a run)."""
+        H, m = self.heads, self.min_heads
+        return float(torch.round(m + (H - m) * torch.sigmoid(self.logits[near] + shift)).mean()) / H
+
+    def modelled_shift(self, aim: float, near: float, low: float, high: float) -> float:
+        """The shift in (low, high) whose modelled ratio is closest to ``aim`` (bisection
+        on the host: the modelled ratio only grows with the shift)."""
+        for _ in range(40):
+            middle = (low + high) / 2
+            if self.modelled(middle, near) < aim:
+                low = middle
+            else:
+                high = middle
+        return min((low, high), key=lambda s: abs(self.modelled(s, near) - aim))
+
+
 def calibrate(model, batches: Sequence[dict], ratios: Sequence[float] = DIAL_RATIOS,
               steps: int = 24, log: Callable[[str], None] = lambda _: None) -> torch.Tensor:
     """N x 2: each ratio of ``calibration_ratios(ratios)`` and the shift that gives it on
     ``batches`` (the closest found in at most ``steps`` runs a ratio; one that misses by
     more than MISSED is logged as a warning), and a row at the middle of two rows whose
-    interpolation misses it by more than MISSED. Every run's result is kept, so that each
-    search starts from the tightest bracket the earlier ones left. ``model`` is in eval
-    mode; its own dial setting is untouched."""
-    seen: Dict[float, float] = {}  # shift -> the mean ratio it gave
-
-    def ratio_at(shift: float) -> float:
-        if shift not in seen:
-            with model.dialled(Dial(shift=shift)):
-                seen[shift] = mean_ratio(model, batches)
-        return seen[shift]
-
-    def inside(aim: float) -> float:
-        """The shift whose ratio is closest to ``aim``."""
-        for _ in range(steps):
-            closest = min(seen.items(), key=lambda item: abs(item[1] - aim), default=None)
-            if closest is not None and abs(closest[1] - aim) <= TOLERANCE:
-                break
-            low = max((s for s, r in seen.items() if r < aim), default=-SHIFT_BOUND)
-            high = min((s for s, r in seen.items() if r > aim), default=SHIFT_BOUND)
-            ratio_at((low + high) / 2)
-        return min(seen.items(), key=lambda item: abs(item[1] - aim))[0]
-
-    def end(aim: float, top: bool) -> float:
-        """The first shift that reaches ``aim`` (``top``: every head), or the last that
-        stays at it (--min-heads)."""
-        ratio_at(SHIFT_BOUND if top else -SHIFT_BOUND)
-        for _ in range(steps):
-            at = {s for s, r in seen.items() if abs(r - aim) <= 1e-9}
-            low = max((s for s in seen if s not in at and seen[s] < aim) if top else at, default=-SHIFT_BOUND)
-            high = min(at if top else (s for s in seen if s not in at and seen[s] > aim), default=SHIFT_BOUND)
-            if high - low <= SHIFT_RESOLUTION:
-                break
-            ratio_at((low + high) / 2)
-        at = [s for s, r in seen.items() if abs(r - aim) <= 1e-9]
-        if not at:  # never reached: the closest
-            return min(seen.items(), key=lambda item: abs(item[1] - aim))[0]
-        return min(at) if top else max(at)
-
-    aims = calibration_ratios(model.budget.min_heads, model.args.encoder_attention_heads, ratios)
-    rows = {aim: end(aim, aim == aims[-1]) if aim in (aims[0], aims[-1]) else inside(aim) for aim in aims}
-    # where the interpolation between two rows misses their middle, a row there too (if
-    # the split has a shift for it: a row that misses too would not help)
+    interpolation would miss it by more than MISSED. Each search proposes the shift that the
+    logits of the nearest run predict (most searches end after one run), inside the
+    tightest bracket the runs so far leave, and bisects where a proposal did not halve
+    its miss. ``model`` is in eval mode; its own dial setting is untouched."""
+    runs = Runs(model, batches)
+    aims = calibration_ratios(runs.min_heads, runs.heads, ratios)
+    rows = {aims[0]: end(runs, top=False), aims[-1]: end(runs, top=True)}
+    for aim in aims[1:-1]:
+        rows[aim] = inside(runs, aim, steps)
+    # where the interpolation between two rows would miss their middle by more than
+    # MISSED (modelled from the nearest run's logits, not run), a row there too (if the
+    # split has a shift for it: a row that misses too would not help)
     pending = list(zip(aims, aims[1:]))
     while pending:
         low, high = pending.pop()
-        middle = (low + high) / 2
-        if high - low > 2 * MISSED and abs(ratio_at((rows[low] + rows[high]) / 2) - middle) > MISSED:
-            shift = inside(middle)
-            if abs(seen[shift] - middle) <= MISSED:
-                rows[middle] = shift
-                pending += [(low, middle), (middle, high)]
+        middle, halfway = (low + high) / 2, (rows[low] + rows[high]) / 2
+        if high - low <= 2 * MISSED or abs(runs.modelled(halfway, nearest(runs, halfway)) - middle) <= MISSED:
+            continue
+        shift = inside(runs, middle, steps)
+        if abs(runs.ratio[shift] - middle) <= MISSED:
+            rows[middle] = shift
+            pending += [(low, middle), (middle, high)]
     for aim, shift in sorted(rows.items()):
-        found = seen[shift]
+        found = runs.ratio[shift]
         log(f"head ratio {aim:.3f}: shift {shift:+.3f} gives {found:.4f}")
         if abs(found - aim) > MISSED:
             log(f"warning: head ratio {aim:.3f} not reached: the closest shift gives {found:.4f}, further than the "
                 f"tolerance {MISSED} (too few examples or heads in the split for that ratio, or budgets that do "
                 "not vary); the dial runs that shift for it")
-    log(f"{len(seen)} runs over the split")
+    log(f"{len(set(map(id, runs.logits.values())))} runs over the split")
     return torch.tensor(sorted(rows.items()))
+
+
+def nearest(runs: Runs, shift: float) -> float:
+    return min(runs.ratio, key=lambda s: abs(s - shift))
+
+
+def inside(runs: Runs, aim: float, steps: int) -> float:
+    """The shift whose ratio is closest to ``aim``: proposed from the logits of the run
+    whose ratio is closest, or bisected where the last proposal did not halve the miss."""
+    previous = None
+    for _ in range(steps):
+        closest = min(runs.ratio, key=lambda s: abs(runs.ratio[s] - aim), default=None)
+        miss = None if closest is None else abs(runs.ratio[closest] - aim)
+        if miss is not None and miss <= TOLERANCE:
+            break
+        low = max((s for s, r in runs.ratio.items() if r < aim), default=-SHIFT_BOUND)
+        high = min((s for s, r in runs.ratio.items() if r > aim), default=SHIFT_BOUND)
+        modelled = closest is not None and (previous is None or miss <= previous / 2)
+        runs(runs.modelled_shift(aim, closest, low, high) if modelled else (low + high) / 2)
+        previous = miss
+    return min(runs.ratio, key=lambda s: abs(runs.ratio[s] - aim))
+
+
+def end(runs: Runs, top: bool) -> float:
+    """The first shift at which every layer runs every head (``top``), or the last at
+    which every layer runs --min-heads, to SHIFT_RESOLUTION. One run at the bound finds
+    it: there every layer runs those counts, so its logits are exactly those of every
+    shift up to the point, and the point is where the one logit furthest from it (the
+    smallest, or the largest) crosses: every layer before that one still runs the same
+    counts there."""
+    H, m = runs.heads, runs.min_heads
+    bound = SHIFT_BOUND if top else -SHIFT_BOUND
+    runs(bound)
+    if H <= m:
+        return bound
+    logits = runs.logits[bound]
+    # round(b) = H from b >= H - 1/2, and = m below m + 1/2: where sigmoid reaches these
+    edge = (H - m - 0.5) / (H - m) if top else 0.5 / (H - m)
+    point = math.log(edge / (1 - edge)) - float(logits.min() if top else logits.max())
+    shift = point + SHIFT_RESOLUTION / 2 if top else point - SHIFT_RESOLUTION / 2
+    if not -SHIFT_BOUND < shift < SHIFT_BOUND:  # past the bound: the bound itself
+        return bound
+    runs.copy(bound, shift)
+    return shift
 
 
 def spread(batches: Sequence[dict], examples: int) -> Sequence[dict]:

@@ -8,13 +8,13 @@
 A setting reaches the layers as an argument of each forward, never as module state, so
 that concurrent calls can run at different settings."""
 
-from typing import List, NamedTuple, Optional, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
 
 class LayerDial(NamedTuple):
-    """The dial as one layer runs it. Its heads part (``shift``, ``heads``) applies at
-    evaluation only (training ignores it: the predictor is trained as it predicts); its
-    FFN width applies in training too (the sandwich's widths)."""
+    """The dial as one layer runs it. Its ``shift`` applies at evaluation only (training
+    ignores it: the predictor is trained as it predicts); its fixed counts, ``heads`` and
+    ``neurons``, apply in training too (the sandwich's widths)."""
 
     shift: float = 0.0  # added to the budget logit of every input
     heads: Optional[int] = None  # a fixed count for every input, no predictor
@@ -32,6 +32,16 @@ class Dial(NamedTuple):
     shift: float = 0.0
     counts: Optional[Tuple[int, ...]] = None
     neurons: Optional[Tuple[int, ...]] = None
+
+    @classmethod
+    def heads_per_layer(cls, heads: Union[int, Sequence[int]], layers: int,
+                        neurons: Optional[Sequence[int]] = None) -> "Dial":
+        """``heads`` heads in each of ``layers`` layers (a sequence: one count per layer),
+        and ``neurons`` as the constructor's."""
+        counts = [heads] * layers if isinstance(heads, int) else list(heads)
+        if len(counts) != layers:
+            raise ValueError(f"a dial's heads: {len(counts)} counts for {layers} layers")
+        return cls(counts=tuple(int(c) for c in counts), neurons=None if neurons is None else tuple(neurons))
 
     def layer(self, index: int) -> LayerDial:
         """Layer ``index``'s part (its argument)."""

@@ -1,9 +1,8 @@
 """BudgetFormer: RoBERTa's sentence encoder with budgeted attention in every layer."""
 
-import contextlib
 import logging
 from pathlib import Path
-from typing import Iterator, Optional, Sequence, Union
+from typing import Iterator, Optional
 
 import torch
 from fairseq.dataclass.utils import gen_parser_from_dataclass
@@ -35,9 +34,10 @@ class BudgetFormerModel(DialMixin, RobertaModel):
     """RoBERTa-style classifier whose attention layers choose, per input, how many
     heads to run and which. ``model(tokens)[1]["budget"]`` holds each layer's
     statistics. The model owns its exploration schedule (a function of the update
-    number fairseq hands it), :meth:`forced_heads` fixes every layer's budget inside
-    a ``with`` block, and the dial (``--head-ratio``, ``--width``, :meth:`dialled`) is
-    dial/model.py's."""
+    number fairseq hands it). A call's ``dial`` (``Dial.heads_per_layer(k, layers)``
+    fixes every layer's count) applies in training as at evaluation; the model's own
+    setting (``--head-ratio``, ``--width``, :meth:`dialled`: dial/model.py's) at
+    evaluation only."""
 
     @classmethod
     def hub_models(cls):
@@ -155,8 +155,10 @@ class BudgetFormerModel(DialMixin, RobertaModel):
     def forward(self, src_tokens, features_only=False, return_all_hiddens=False, classification_head_name=None,
                 dial: Optional[Dial] = None, **kwargs):
         """RoBERTa's forward; ``dial``: the budget dial for this call (``self.dial_of(
-        "0.3")``), handed to every router as an argument; None: the model's own setting."""
-        dial = self.dial_setting if dial is None else dial
+        "0.3")``), handed to every router as an argument; None: the model's own setting
+        at evaluation, none in training (an evaluation setting never trains)."""
+        if dial is None:
+            dial = Dial() if self.training else self.dial_setting
         return super().forward(src_tokens, features_only, return_all_hiddens, classification_head_name,
                                dial=dial, **kwargs)
 
@@ -172,21 +174,6 @@ class BudgetFormerModel(DialMixin, RobertaModel):
     def exploration(self) -> Exploration:
         """The exploration of the current update (none at evaluation)."""
         return exploration_at(self.budget, self.num_updates, self.training)
-
-    @contextlib.contextmanager
-    def forced_heads(self, heads: Union[int, Sequence[int]]) -> Iterator[None]:
-        """Inside ``with model.forced_heads(k):`` every layer runs exactly ``k`` heads for
-        every input (its most relevant ones; a list: one count per layer); the learned
-        budgets again after the block, even when it raises. For training every width
-        (the criterion's sandwich), benchmarks and ablations."""
-        attentions = list(self.budgeted_attentions())
-        counts = [heads] * len(attentions) if isinstance(heads, int) else list(heads)
-        if len(counts) != len(attentions):
-            raise ValueError(f"forced heads: {len(counts)} counts for {len(attentions)} layers")
-        with contextlib.ExitStack() as stack:
-            for attention, count in zip(attentions, counts):
-                stack.enter_context(attention.router.forced(int(count)))
-            yield
 
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
         result = super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)

@@ -121,9 +121,11 @@ class BudgetedAttention(MultiheadAttention):
 
     def statistics(self, seq_len: int, route: HeadRoute, lazy: bool) -> Mapping[str, Tensor]:
         """This layer's statistics: budget, heads, selected, relevance, attn_flops and
-        attn_flops_full. ``lazy`` (inference): those the layer did not compute itself,
+        attn_flops_full, and budget_logit where a predictor decided the counts. ``lazy`` (inference): those the layer did not compute itself,
         computed when read (modules/statistics.py)."""
         values = {"budget": route.budget, "heads": route.heads}
+        if route.logit is not None:  # the budget logit before the dial's shift
+            values["budget_logit"] = route.logit
         derived = {("attn_flops", "attn_flops_full"): lambda: attention_flops(
             seq_len, route.heads, self.embed_dim, self.num_heads, self.router.outputs)}
         if route.selected is None:  # a prefix
@@ -172,7 +174,7 @@ class BudgetedAttention(MultiheadAttention):
                       every_head: bool = False, dial: LayerDial = NO_DIAL) -> Tensor:
         """Fast path of --head-selection nested: example b runs heads 0..heads[b]-1, on
         views of the projections' own weights. The counts are read on the host (a
-        synchronisation on a GPU) unless they are fixed (forced, dialled or pruned)."""
+        synchronisation on a GPU) unless they are fixed (dialled or pruned)."""
         fixed = self.router.fixed_count(dial)
         counts = fixed if fixed is not None else heads if isinstance(heads, list) else heads.tolist()
         if every_head or (fixed is None and min(counts) == self.num_heads):  # exactly fairseq's own attention

@@ -53,13 +53,16 @@ class LearnedRouter(HeadRouter):
     def forward(self, x: Tensor, key_padding_mask: Optional[Tensor], gate: bool = True,
                 dial: LayerDial = NO_DIAL) -> HeadRoute:
         """x: T x B x C (the attention's input). ``gate=False`` skips the gates (the fast
-        path runs the selection itself); ``dial``: this call's setting (evaluation only)."""
+        path runs the selection itself); ``dial``: this call's setting (its shift at evaluation only)."""
         H, m = self.num_heads, self.cfg.min_heads
         exploration = exploration_at(self.cfg, self.num_updates, self.training)
         summary = summarize(x, key_padding_mask, self.cfg.budget_pooling)
         logits = self.cfg.router_scale * self.relevance_proj(summary).float()
-        budget = self.predict_budget(summary, dial.shift)
+        budget_logit = self.budget_logit(summary)
+        budget = self.predict_budget(summary, dial.shift, budget_logit)
         heads = budget.detach().round().clamp(m, H).long()
         relevance = torch.softmax(logits / exploration.temperature, dim=-1)
         rank = explored_ranks(logits, exploration, self.training)
-        return self.ranked_route(budget, heads, relevance, rank, m >= H, gate, dial)
+        route = self.ranked_route(budget, heads, relevance, rank, m >= H, gate, dial)
+        # the logit decided the counts unless a fixed count overrode them
+        return route if self.fixed_count(dial) is not None else route._replace(logit=budget_logit.detach().double())

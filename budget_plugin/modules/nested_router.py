@@ -38,31 +38,35 @@ class NestedRouter(HeadRouter):
         self.reset_parameters()
 
     def fixed_count(self, dial: LayerDial = NO_DIAL) -> Optional[int]:
-        """As every router's, and a pruned layer's heads, always."""
-        if self.forced_heads is None and self.cfg.head_selection == "pruned":
+        """As every router's, and a pruned layer's heads where the dial gives none."""
+        if dial.heads is None and self.cfg.head_selection == "pruned":
             return int(self.fixed_heads)
         return super().fixed_count(dial)
 
     def forward(self, x: Tensor, key_padding_mask: Optional[Tensor], gate: bool = True,
                 dial: LayerDial = NO_DIAL) -> HeadRoute:
-        """x: T x B x C. A fixed count (forced, dialled, or a pruned layer's) runs no
+        """x: T x B x C. A fixed count (the dial's, or a pruned layer's) runs no
         predictor: the budget is that count, and the gates carry no gradient to it.
         Without gates (the fast path), the counts alone: the rest is :meth:`prefix`."""
         H, m, B = self.num_heads, self.cfg.min_heads, x.size(1)
         fixed = self.fixed_count(dial)
         if fixed is None and not gate:  # the fast path: the counts are needed on the host
             return self.host_counts(x, key_padding_mask, dial.shift)
+        logit = None
         if fixed is None:
-            budget = self.predict_budget(summarize(x, key_padding_mask, self.cfg.budget_pooling), dial.shift)
+            summary = summarize(x, key_padding_mask, self.cfg.budget_pooling)
+            logit = self.budget_logit(summary)
+            budget = self.predict_budget(summary, dial.shift, logit)
             heads, every_head = budget.round().long(), m >= H  # b is in [m, H]: no clamp
+            logit = logit.detach().double()
         else:
             budget = x.new_full((B,), float(fixed), dtype=torch.float)
             heads, every_head = torch.full((B,), fixed, device=x.device), fixed == H
         if not gate:
-            return HeadRoute(budget, heads, None, None, None, every_head)
+            return HeadRoute(budget, heads, None, None, None, every_head, logit=logit)
         selected, relevance = self.prefix(heads)
         gates = selected.to(budget.dtype) + straight_through(self.soft_count(budget, self.position))
-        return HeadRoute(budget, heads, selected, gates, relevance, every_head)
+        return HeadRoute(budget, heads, selected, gates, relevance, every_head, logit=logit)
 
     def host_counts(self, x: Tensor, key_padding_mask: Optional[Tensor], shift: float = 0.0) -> HeadRoute:
         """The fast path's route: the budget logits read once to the host, where the
@@ -72,11 +76,11 @@ class NestedRouter(HeadRouter):
         float64 arithmetic rounded to float32: within an ulp of the tensor formula's."""
         H, m, scale = self.num_heads, self.cfg.min_heads, self.cfg.router_scale
         summary = summarize(x, key_padding_mask, self.cfg.budget_pooling)
-        logits = F.linear(summary, self.budget_proj.weight, self.budget_proj.bias).view(-1).tolist()
-        budgets = [m + (H - m) * _sigmoid(scale * z + shift) for z in logits]
+        logits = [scale * z for z in F.linear(summary, self.budget_proj.weight, self.budget_proj.bias).view(-1).tolist()]
+        budgets = [m + (H - m) * _sigmoid(z + shift) for z in logits]
         counts: List[int] = [round(b) for b in budgets]
         return HeadRoute(torch.tensor(budgets, device=x.device), torch.tensor(counts, device=x.device), None, None,
-                         None, m >= H, counts)
+                         None, m >= H, counts, torch.tensor(logits, dtype=torch.float64, device=x.device))
 
     def prefix(self, heads: Tensor) -> Tuple[Tensor, Tensor]:
         """Each input's selection, its first ``heads`` heads (B x H, bool), and its

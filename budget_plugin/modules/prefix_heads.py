@@ -14,7 +14,7 @@ on 2 CPU threads it took 0.93-1.06x the grouped time at 25 tokens and 1.09-1.6x 
 128 (issue 26's report), its fewer ops not making up for the extra work.
 
 Plain torch ops, so the same code runs on a GPU; the counts must be known on the host
-to slice the weights (one synchronisation a layer, none when they are forced)."""
+to slice the weights (one synchronisation a layer, none when a dial fixes them)."""
 
 from typing import List, Optional, Union
 

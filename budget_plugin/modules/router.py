@@ -1,5 +1,5 @@
 """What every head router shares: the route it hands its attention layer, the budget
-predictor, and the counts fixed from outside (forced widths, the dial).
+predictor, and the counts a call fixes (the dial's heads).
 
 A router reads a summary ``s`` of the layer input and decides, per input, how many of
 the layer's H heads run and which. The routers, one per ``--head-selection``:
@@ -21,12 +21,12 @@ soft count mask ``sigmoid((b - rank_h - 0.5) / t)``, which gives the budget the 
 gradient of adding or dropping the heads next to its boundary.
 
 Every logit is multiplied by ``--router-scale`` s, so that the router can move faster
-than the pretrained weights under one learning rate. At evaluation the dial
-(``LayerDial``, an argument of each call) shifts the budget logit or fixes the count."""
+than the pretrained weights under one learning rate. The dial (``LayerDial``, an
+argument of each call) fixes the count, in training (the sandwich's widths) as at
+evaluation, or shifts the budget logit, at evaluation only."""
 
-import contextlib
 import math
-from typing import Iterator, List, NamedTuple, Optional
+from typing import List, NamedTuple, Optional
 
 import torch
 from torch import Tensor, nn
@@ -43,6 +43,9 @@ class HeadRoute(NamedTuple):
     relevance: Optional[Tensor]  # B x H, p(x) (None with selected)
     every_head: bool  # known on the host: every example runs all H heads
     counts: Optional[List[int]] = None  # ``heads`` on the host, where the router computed them there
+    # B, float64: s * (w_b . s(x) + c_b), the budget logit before the dial's shift (None:
+    # no predictor ran); what the calibration searches the shift with (dial/calibration.py)
+    logit: Optional[Tensor] = None
 
 
 def straight_through(z: Tensor) -> Tensor:
@@ -71,7 +74,7 @@ def summarize(x: Tensor, key_padding_mask: Optional[Tensor], pooling: str) -> Te
 class HeadRouter(nn.Module):
     """The base of every router: the budget predictor (``budget_proj``, C -> 1, added
     by :meth:`add_budget_predictor` where the mode predicts a budget), the update number
-    (for the exploration schedule), and :meth:`forced` counts. A subclass adds its own
+    (for the exploration schedule), and the count a dial fixes. A subclass adds its own
     parameters and ``forward(x, key_padding_mask, gate, dial) -> HeadRoute``."""
 
     relevance_outputs = 0  # logits per input besides the budget's (the router's FLOPs)
@@ -82,7 +85,6 @@ class HeadRouter(nn.Module):
         self.num_heads = num_heads
         self.fixed_heads = fixed_heads  # this layer's budget where it is fixed
         self.num_updates = 0
-        self.forced_heads: Optional[int] = None  # only inside forced()
 
     def add_budget_predictor(self, embed_dim: int):
         """``budget_proj`` (after the subclass's own parameters: a checkpoint's optimizer
@@ -109,31 +111,24 @@ class HeadRouter(nn.Module):
         """fairseq calls this on every update (and after loading a checkpoint)."""
         self.num_updates = num_updates
 
-    @contextlib.contextmanager
-    def forced(self, heads: int) -> Iterator[None]:
-        """Run exactly ``heads`` heads for every input inside the block (the most
-        relevant ones; a prefix router's first ones, with no predictor run); the
-        router's own budget again after it, even on error."""
-        if not 1 <= heads <= self.num_heads:
-            raise ValueError(f"forced heads must be in [1, {self.num_heads}], got {heads}")
-        self.forced_heads = heads
-        try:
-            yield
-        finally:
-            self.forced_heads = None
-
     def fixed_count(self, dial: LayerDial = NO_DIAL) -> Optional[int]:
-        """The count every input runs, when it does not depend on the input: forced, or
-        dialled to a count (at evaluation)."""
-        if self.forced_heads is not None:
-            return self.forced_heads
-        return None if self.training else dial.heads
+        """The count every input runs, when it does not depend on the input: the dial's
+        heads, in training as at evaluation (the most relevant ones; a prefix router's
+        first ones, with no predictor run)."""
+        if dial.heads is not None and not 1 <= dial.heads <= self.num_heads:
+            raise ValueError(f"a dial's heads must be in [1, {self.num_heads}], got {dial.heads}")
+        return dial.heads
 
-    def predict_budget(self, summary: Tensor, shift: float = 0.0) -> Tensor:
-        """b(x) = m + (H - m) sigmoid(s (w_b . summary + c_b) + shift): B, float32; the
-        dial's ``shift`` applies at evaluation only."""
+    def budget_logit(self, summary: Tensor) -> Tensor:
+        """s (w_b . summary + c_b): B, float32."""
+        return self.cfg.router_scale * self.budget_proj(summary).float().squeeze(-1)
+
+    def predict_budget(self, summary: Tensor, shift: float = 0.0, logit: Optional[Tensor] = None) -> Tensor:
+        """b(x) = m + (H - m) sigmoid(s (w_b . summary + c_b) + shift): B, float32
+        (``logit``: :meth:`budget_logit`, when the caller has it); the dial's ``shift``
+        applies at evaluation only."""
         H, m = self.num_heads, self.cfg.min_heads
-        logit = self.cfg.router_scale * self.budget_proj(summary).float().squeeze(-1)
+        logit = self.budget_logit(summary) if logit is None else logit
         if not self.training and shift:
             logit = logit + shift
         return m + (H - m) * torch.sigmoid(logit)

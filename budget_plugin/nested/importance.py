@@ -15,6 +15,7 @@ from typing import Iterable, List, NamedTuple, Optional
 import torch
 import torch.nn.functional as F
 
+from budget_plugin.dial.settings import Dial
 from budget_plugin.tools.building import twin
 from budget_plugin.tools.checkpoints import load_checkpoint
 from budget_plugin.tools.errors import DataError
@@ -80,20 +81,19 @@ def importance_of(model, batches: Iterable[dict], max_examples: Optional[int] = 
     hooks = [a.out_proj.register_forward_pre_hook(gated("heads", H)) for a in attentions]
     hooks += [layer.fc2.register_forward_pre_hook(gated("neurons", layer.fc2.in_features)) for layer in layers]
     total = Importance(torch.zeros(len(layers), H), torch.zeros(len(layers), layers[0].fc2.in_features))
-    examples = 0
+    examples, dial = 0, Dial.heads_per_layer(H, len(layers))
     try:
-        with every_head.forced_heads(H):
-            for sample in batches:
-                for found in gates.values():
-                    found.clear()
-                logits, _ = every_head(sample["net_input"]["src_tokens"], classification_head_name=HEAD)
-                loss = F.cross_entropy(logits.float(), sample["target"].view(-1), reduction="sum")
-                grads = torch.autograd.grad(loss, gates["heads"] + gates["neurons"])
-                total.heads.add_(torch.stack([g.abs().sum(dim=0) for g in grads[:len(layers)]]))
-                total.neurons.add_(torch.stack([g.abs().sum(dim=0) for g in grads[len(layers):]]))
-                examples += logits.size(0)
-                if max_examples and examples >= max_examples:
-                    break
+        for sample in batches:
+            for found in gates.values():
+                found.clear()
+            logits, _ = every_head(sample["net_input"]["src_tokens"], classification_head_name=HEAD, dial=dial)
+            loss = F.cross_entropy(logits.float(), sample["target"].view(-1), reduction="sum")
+            grads = torch.autograd.grad(loss, gates["heads"] + gates["neurons"])
+            total.heads.add_(torch.stack([g.abs().sum(dim=0) for g in grads[:len(layers)]]))
+            total.neurons.add_(torch.stack([g.abs().sum(dim=0) for g in grads[len(layers):]]))
+            examples += logits.size(0)
+            if max_examples and examples >= max_examples:
+                break
     finally:
         for hook in hooks:
             hook.remove()

@@ -72,6 +72,8 @@ class NestedRecipe:
     # update) and the head dial calibrated on them; off, for a model served at fixed widths
     # (--width): an update 0.61x the time (results/width/update-cost-MR.md), no head dial
     router: bool = True
+    # the router's pass every N updates, the fixed widths alone between (1: every update)
+    router_interval: int = 1
 
 
 def nested_command(data: Path, model_pt: Path, reordered: Path, save_dir: Path, dense: finetune.Recipe,
@@ -85,7 +87,7 @@ def nested_command(data: Path, model_pt: Path, reordered: Path, save_dir: Path, 
         *train_options(data, save_dir, lr=nested.lr, updates=updates,
                        warmup=max(1, round(dense.warmup_share * updates)),
                        seed=dense.seed, num_classes=classes, batch_size=dense.batch_size, max_tokens=dense.max_tokens,
-                       log_interval=dense.log_interval, cpu=cpu), *(["--fp16"] if fp16 else []),
+                       log_interval=dense.log_interval, cpu=cpu), *finetune.device_options(dense, cpu, fp16),
         "--task", "budget_sentence_prediction", "--arch", "budgetformer", *flags,
         "--head-selection", "nested", "--min-heads", nested.min_heads, "--router-scale", nested.router_scale,
         "--criterion", "budget_sentence_prediction", "--target-head-ratio", nested.target_head_ratio,
@@ -93,6 +95,7 @@ def nested_command(data: Path, model_pt: Path, reordered: Path, save_dir: Path, 
         "--distill-weight", nested.distill_weight,
         *(["--min-ffn-ratio", nested.min_ffn_ratio] if nested.min_ffn_ratio else []),
         *([] if nested.router else ["--no-router-pass"]),
+        *(["--router-interval", nested.router_interval] if nested.router and nested.router_interval > 1 else []),
         "--max-epoch", 10_000, *finetune.checkpoint_options(dense),
         "--restore-file", reordered, "--reset-optimizer", "--reset-dataloader", "--reset-meters",
     ]

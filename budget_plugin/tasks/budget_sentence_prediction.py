@@ -8,10 +8,13 @@ from typing import Optional
 
 import torch
 from fairseq.data import indexed_dataset
+from fairseq.dataclass import ChoiceEnum
 from fairseq.optim.amp_optimizer import AMPOptimizer
 from fairseq.tasks import register_task
 from fairseq.tasks.sentence_prediction import SentencePredictionConfig, SentencePredictionTask
 from omegaconf import OmegaConf, open_dict
+
+from ..precision import CHOICES, outside_autocast, training_autocast
 
 
 class DataSplitError(SystemExit):
@@ -35,6 +38,10 @@ class BudgetSentencePredictionConfig(SentencePredictionConfig):
     width: Optional[str] = field(
         default=None, metadata={"help": "the width dial at evaluation: a ratio R in (0, 1] of heads and FFN "
                                 "neurons, or one heads:neurons pair per layer ('4:461,...')"}
+    )
+    cpu_precision: ChoiceEnum(CHOICES) = field(
+        default="auto", metadata={"help": "training on the CPU: bfloat16 autocast, fp32 weights and losses (bf16), "
+                                  "fp32 throughout (fp32), or bf16 where the CPU has bfloat16 instructions (auto)"}
     )
 
 
@@ -78,20 +85,24 @@ class BudgetSentencePredictionTask(SentencePredictionTask):
         return super().load_dataset(split, combine=combine, **kwargs)
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
-        if not getattr(criterion, "sandwich_widths", 0):
-            return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
-        # the sandwich's passes are backpropagated one at a time by the criterion (its
-        # peak memory is one width's graph, not every width's); the rest is fairseq's
+        """fairseq's train step, with the CPU's autocast (``--cpu-precision``) beside
+        CUDA's (``--amp``), and a criterion that backpropagates its own passes (the
+        sandwich's widths: its peak memory is one width's graph, not every width's)
+        given the optimizer's backward."""
         model.train()
         model.set_num_updates(update_num)
 
         def backward(loss):
-            with torch.autograd.profiler.record_function("backward"):
+            with torch.autograd.profiler.record_function("backward"), outside_autocast(model):
                 optimizer.backward(loss * 0 if ignore_grad else loss)
 
         with torch.autograd.profiler.record_function("forward"):
-            with torch.amp.autocast("cuda", enabled=isinstance(optimizer, AMPOptimizer)):
-                return criterion(model, sample, backward=backward)
+            with training_autocast(self.cfg.cpu_precision, model, isinstance(optimizer, AMPOptimizer)):
+                if getattr(criterion, "runs_own_backward", False):
+                    return criterion(model, sample, backward=backward)
+                loss, sample_size, logging_output = criterion(model, sample)
+        backward(loss)
+        return loss, sample_size, logging_output
 
     def valid_step(self, sample, model, criterion):
         # An unlabelled split loads (the hub and the measurements predict on it); only

@@ -7,6 +7,7 @@ import subprocess
 import pytest
 import torch
 
+from budget_plugin.dial.settings import Dial, LayerDial
 from budget_plugin.modules.flops import measure_flops
 from budget_plugin.tools.building import build_model, size_of
 from budget_research.benchmark.cell import make_inputs, measure_cell, peak_memory
@@ -33,7 +34,7 @@ def attention_setup():
 
 
 def at_ratio(attention, ratio):
-    return attention.router.forced(round(ratio * attention.num_heads))
+    return LayerDial(heads=round(ratio * attention.num_heads))
 
 
 def test_attention_flops_halve_at_half_the_heads(attention_setup):
@@ -41,8 +42,8 @@ def test_attention_flops_halve_at_half_the_heads(attention_setup):
     flops = {}
     with torch.no_grad():
         for ratio in (1.0, 0.5):
-            with at_ratio(attention, ratio):
-                flops[ratio] = measure_flops(lambda: attention(x, key_padding_mask=padding)).total
+            dial = at_ratio(attention, ratio)
+            flops[ratio] = measure_flops(lambda: attention(x, key_padding_mask=padding, dial=dial)).total
     assert abs(flops[0.5] / (flops[1.0] / 2) - 1) < 0.05, flops
     # the counter sees the attention scores too (the CPU SDPA kernel is registered)
     T, B, C = x.shape
@@ -56,9 +57,9 @@ def test_attention_memory_falls_with_head_ratio(attention_setup):
     peaks = []
     with torch.no_grad():
         for ratio in RATIOS:
-            with at_ratio(attention, ratio):
-                attention(x, key_padding_mask=padding)  # warm
-                peaks.append(peak_memory(lambda: attention(x, key_padding_mask=padding), torch.device("cpu")))
+            dial = at_ratio(attention, ratio)
+            attention(x, key_padding_mask=padding, dial=dial)  # warm
+            peaks.append(peak_memory(lambda: attention(x, key_padding_mask=padding, dial=dial), torch.device("cpu")))
     assert all(p > 0 for p in peaks), peaks
     assert all(a > b for a, b in zip(peaks, peaks[1:])), dict(zip(RATIOS, peaks))
 
@@ -69,8 +70,8 @@ def test_fast_path_allocates_no_weight_copies(attention_setup):
     heads' q, k and v rows alone would take."""
     attention, x, padding = attention_setup
     x1 = x[:, :1].contiguous()
-    with torch.no_grad(), at_ratio(attention, 0.5):
-        peak = peak_memory(lambda: attention(x1), torch.device("cpu"))
+    with torch.no_grad():
+        peak = peak_memory(lambda: attention(x1, dial=at_ratio(attention, 0.5)), torch.device("cpu"))
     activations = 6 * x1.numel() * x1.element_size()  # q, k, v, heads' output, output, slack
     weight = attention.q_proj.weight
     selected_qkv_copy = 3 * weight.numel() // 2 * weight.element_size()
@@ -114,8 +115,9 @@ def tiny_pair():
 def test_the_pair_shares_its_weights(tiny_pair):
     stock, budget = tiny_pair
     tokens = make_inputs(3, 12, 60, seed=1, device="cpu")
-    with torch.no_grad(), budget.forced_heads(4):
-        assert_close(budget(tokens, features_only=True)[0], stock(tokens, features_only=True)[0])
+    with torch.no_grad():
+        every_head = budget(tokens, features_only=True, dial=Dial(counts=(4, 4)))[0]
+        assert_close(every_head, stock(tokens, features_only=True)[0])
 
 
 def test_a_cell_counts_flops_by_the_heads_it_forces(tiny_pair):

@@ -23,6 +23,7 @@ from typing import Callable, Dict, List
 import torch
 import torch.nn.functional as F
 
+from budget_plugin.dial.settings import Dial
 from budget_plugin.nested.importance import HEAD, Importance, all_heads_twin, normalised
 from budget_plugin.tools.checkpoints import load_checkpoint
 from budget_plugin.tools.evaluation import samples, split_batches
@@ -64,24 +65,23 @@ def both_importances(model, batches, max_examples: int) -> Dict[str, Importance]
     L = len(layers)
     mask_total = Importance(torch.zeros(L, H), torch.zeros(L, neurons))
     taylor_total = Importance(torch.zeros(L, H), torch.zeros(L, neurons))
-    examples = 0
+    examples, dial = 0, Dial.heads_per_layer(H, L)
     try:
-        with twin.forced_heads(H):
-            for sample in batches:
-                for found in gates.values():
-                    found.clear()
-                logits, _ = twin(sample["net_input"]["src_tokens"], classification_head_name=HEAD)
-                loss = F.cross_entropy(logits.float(), sample["target"].view(-1), reduction="sum")
-                order = ("xi_heads", "psi_heads", "xi_neurons", "psi_neurons")
-                grads = torch.autograd.grad(loss, [mask for kind in order for mask in gates[kind]])
-                xi_h, psi_h, xi_n, psi_n = (grads[i * L:(i + 1) * L] for i in range(4))
-                mask_total.heads.add_(torch.stack([g.abs().sum(0) for g in xi_h]))
-                mask_total.neurons.add_(torch.stack([g.abs().sum(0) for g in xi_n]))
-                taylor_total.heads.add_(torch.stack([(a + b).abs().sum(0) for a, b in zip(xi_h, psi_h)]))
-                taylor_total.neurons.add_(torch.stack([(a + b).abs().sum(0) for a, b in zip(xi_n, psi_n)]))
-                examples += logits.size(0)
-                if examples >= max_examples:
-                    break
+        for sample in batches:
+            for found in gates.values():
+                found.clear()
+            logits, _ = twin(sample["net_input"]["src_tokens"], classification_head_name=HEAD, dial=dial)
+            loss = F.cross_entropy(logits.float(), sample["target"].view(-1), reduction="sum")
+            order = ("xi_heads", "psi_heads", "xi_neurons", "psi_neurons")
+            grads = torch.autograd.grad(loss, [mask for kind in order for mask in gates[kind]])
+            xi_h, psi_h, xi_n, psi_n = (grads[i * L:(i + 1) * L] for i in range(4))
+            mask_total.heads.add_(torch.stack([g.abs().sum(0) for g in xi_h]))
+            mask_total.neurons.add_(torch.stack([g.abs().sum(0) for g in xi_n]))
+            taylor_total.heads.add_(torch.stack([(a + b).abs().sum(0) for a, b in zip(xi_h, psi_h)]))
+            taylor_total.neurons.add_(torch.stack([(a + b).abs().sum(0) for a, b in zip(xi_n, psi_n)]))
+            examples += logits.size(0)
+            if examples >= max_examples:
+                break
     finally:
         for hook in hooks:
             hook.remove()

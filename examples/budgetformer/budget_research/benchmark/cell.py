@@ -6,11 +6,12 @@ import contextlib
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable, ContextManager, Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 from unittest import mock
 
 import torch
 
+from budget_plugin.dial.settings import Dial
 from budget_plugin.modules import gpu_heads
 from budget_plugin.modules.flops import measure_flops
 from budget_plugin.tools.rotation import rotation
@@ -58,9 +59,8 @@ class Impl:
     name: str  # fairseq_mha | budgetformer
     head_ratio: Optional[float]
     budget: Optional[str]  # None (stock) | "forced" | "learned"
-    forward: Callable[[], object]
+    forward: Callable[[], object]  # "forced": this and attention run the count in their dial
     attention: Callable[[], object]
-    budget_context: Callable[[], ContextManager]  # what every run of forward and attention runs in
     heads_run: Callable[[], float]  # mean heads run per layer and example
 
 
@@ -95,48 +95,47 @@ def capture_layer_inputs(stock, tokens: torch.Tensor):
     return captured
 
 
-def attention_blocks(model, inputs) -> Callable[[], list]:
-    """Every layer's attention run on the captured inputs, called as the layer calls it."""
+def attention_blocks(model, inputs, dial: Optional[Dial] = None) -> Callable[[], list]:
+    """Every layer's attention run on the captured inputs, called as the layer calls it
+    (``dial``: a budget model's, each layer's part handed to its attention)."""
     layers = model.encoder.sentence_encoder.layers
+    parts = [{} if dial is None else {"dial": dial.layer(i)} for i in range(len(layers))]  # the stock one takes none
 
     def run():
-        return [layer.self_attn(x, x, x, key_padding_mask=mask, need_weights=False)
-                for layer, (x, mask) in zip(layers, inputs)]
+        return [layer.self_attn(x, x, x, key_padding_mask=mask, need_weights=False, **part)
+                for layer, (x, mask), part in zip(layers, inputs, parts)]
 
     return run
 
 
 def build_impls(stock, budget, tokens, ratios, learned: bool) -> List[Impl]:
     inputs = capture_layer_inputs(stock, tokens)
-    H = budget.encoder.sentence_encoder.layers[0].self_attn.num_heads
+    layers = budget.encoder.sentence_encoder.layers
+    H = layers[0].self_attn.num_heads
     last_heads: Dict[str, float] = {}
 
-    def recording(model, key):
-        """The model's forward, which notes the mean heads it ran under ``key``."""
+    def recording(model, key, dial: Optional[Dial] = None):
+        """The model's forward at ``dial`` (None: its own setting), which notes the mean
+        heads it ran under ``key``."""
         def forward():
-            _, extra = model(tokens, features_only=True)
+            _, extra = model(tokens, features_only=True, dial=dial)
             last_heads[key] = torch.stack([s["heads"] for s in extra["budget"]]).float().mean().item()
         return forward
 
-    budget_forward = recording(budget, "forward")
-
-    def forcing(k):
-        return lambda: budget.forced_heads(k)
-
     impls = [
         Impl("fairseq_mha", None, None, lambda: stock(tokens, features_only=True), attention_blocks(stock, inputs),
-             contextlib.nullcontext, lambda: float(H)),
+             lambda: float(H)),
     ]
     for ratio in ratios:
-        k = max(1, min(H, round(ratio * H)))
-        impls.append(Impl("budgetformer", ratio, "forced", budget_forward, attention_blocks(budget, inputs),
-                          forcing(k), lambda: last_heads.get("forward", float("nan"))))
+        dial = Dial.heads_per_layer(max(1, min(H, round(ratio * H))), len(layers))
+        impls.append(Impl("budgetformer", ratio, "forced", recording(budget, "forward", dial),
+                          attention_blocks(budget, inputs, dial), lambda: last_heads.get("forward", float("nan"))))
     if learned:
-        impls.append(Impl("budgetformer", None, "learned", budget_forward, attention_blocks(budget, inputs),
-                          contextlib.nullcontext, lambda: last_heads.get("forward", float("nan"))))
+        impls.append(Impl("budgetformer", None, "learned", recording(budget, "forward"),
+                          attention_blocks(budget, inputs), lambda: last_heads.get("forward", float("nan"))))
         static = static_twin(budget, tokens)
         impls.append(Impl("budgetformer", None, "static", recording(static, "static"), attention_blocks(static, inputs),
-                          contextlib.nullcontext, lambda: last_heads.get("static", float("nan"))))
+                          lambda: last_heads.get("static", float("nan"))))
     return impls
 
 
@@ -162,7 +161,7 @@ def measure_cell(size, dims, stock, budget, batch, seq_len, ratios, learned: boo
     rows = []
     with torch.no_grad():
         for impl in impls:  # FLOPs (also the first warm-up) and peak memory, one impl at a time
-            with impl.budget_context(), torch_ops_only():
+            with torch_ops_only():
                 row = {"total_flops": measure_flops(impl.forward).total,
                        "attn_flops": measure_flops(impl.attention).total}
                 row["heads_run"] = impl.heads_run()
@@ -177,12 +176,11 @@ def measure_cell(size, dims, stock, budget, batch, seq_len, ratios, learned: boo
         while rep < cfg.warmup + repeats:
             for i in rotation(len(impls), rep):
                 impl = impls[i]
-                with impl.budget_context():
-                    for kind, fn in (("forward", impl.forward), ("attention", impl.attention)):
-                        ms, cpu_ms = timed(fn, device)
-                        if rep >= cfg.warmup:
-                            times[i][kind].append(ms)
-                            times[i][f"{kind}_cpu"].append(cpu_ms)
+                for kind, fn in (("forward", impl.forward), ("attention", impl.attention)):
+                    ms, cpu_ms = timed(fn, device)
+                    if rep >= cfg.warmup:
+                        times[i][kind].append(ms)
+                        times[i][f"{kind}_cpu"].append(cpu_ms)
             rep += 1
             if rep == cfg.warmup + 1 and cfg.time_budget > 0:  # cap very slow cells
                 per_round = (time.perf_counter() - started) / rep
@@ -249,9 +247,8 @@ def profile_table(impl: Impl, rows: int, device: torch.device) -> str:
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with impl.budget_context():
-        impl.attention()  # warm
-        with torch.profiler.profile(activities=activities) as prof:
-            impl.attention()
-            sync(device)
+    impl.attention()  # warm
+    with torch.profiler.profile(activities=activities) as prof:
+        impl.attention()
+        sync(device)
     return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
