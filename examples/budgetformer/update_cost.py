@@ -23,6 +23,7 @@ from budget_research.recipe_candidates import CANDIDATES, TEACHER, candidate_com
 from budget_research.update_cost import report, update_costs  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
+FP32 = ["--cpu-precision", "fp32"]  # fairseq's parser keeps an option's last value
 
 
 def main(argv=None) -> int:
@@ -32,6 +33,8 @@ def main(argv=None) -> int:
     parser.add_argument("--candidates", nargs="*", default=[], metavar="NAME",
                         choices=[name for name, options in CANDIDATES.items() if TEACHER not in options],
                         help="candidates (recipe_candidates.py's) timed beside the dense and nested steps")
+    parser.add_argument("--fp32", action="store_true",
+                        help="also time the dense and nested steps in fp32 (first: the ratios are of its dense step)")
     parser.add_argument("--rounds", type=int, default=6, help="timed rounds (default: %(default)s)")
     parser.add_argument("--out-dir", type=Path, default=REPO / "results" / "width", help="(default: %(default)s)")
     parser.add_argument("--threads", type=int, default=2)
@@ -44,6 +47,11 @@ def main(argv=None) -> int:
         recipe = json.loads(recipe_file.read_text())
         commands = {"dense step": recipe["dense"], "nested step (the recipe)": recipe["nested"]}
         options = {"dense step": "fairseq's roberta, sentence_prediction", "nested step (the recipe)": "as recorded"}
+        if args.fp32:  # first: what the ratios are of
+            commands = {"dense step, fp32": recipe["dense"] + FP32, "nested step, fp32": recipe["nested"] + FP32,
+                        **commands}
+            options = {"dense step, fp32": "the dense step with `" + " ".join(FP32) + "`",
+                       "nested step, fp32": "the nested step with `" + " ".join(FP32) + "`", **options}
         for name in args.candidates:
             commands[name] = candidate_command(recipe, args.save_dir, name, None)
             options[name] = "the nested step with `" + " ".join(CANDIDATES[name]) + "`"

@@ -44,6 +44,14 @@ CANDIDATES: Dict[str, List[str]] = {
     # training, or of capacity?). Outside the main job's time bound: it asks what the narrow
     # widths need, not what the recipe can afford
     "narrow sandwich, twice the updates": ["--sandwich-max-ratio", "0.5", TWICE_THE_UPDATES],
+    # the router's pass (0.39 of a nested update) on one update in 4, the fixed widths alone
+    # on the others (issue 51, point 2): do the budgets and the head dial still learn?
+    "router every 4th update": ["--router-interval", "4"],
+    "router every 2nd update": ["--router-interval", "2"],
+    # the sandwich's passes, priced one by one (update_cost.py): the full width and the smallest
+    # only, and the full width alone with the router's pass
+    "full and smallest widths only": ["--sandwich-widths", "2", "--no-router-pass"],
+    "full width and the router's pass": ["--sandwich-widths", "1", "--min-ffn-ratio", "0"],
 }
 
 
