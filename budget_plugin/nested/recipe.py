@@ -70,7 +70,7 @@ class NestedRecipe:
     calibration_examples: Optional[int] = 512
     # the router's per-input budgets trained beside the fixed widths (its own pass of each
     # update) and the head dial calibrated on them; off, for a model served at fixed widths
-    # (--width): an update 0.61x the time (results/width/update-cost-MR.md), no head dial
+    # (--width): an update 0.64x the time in bf16 (results/width/update-cost-MR.md), no head dial
     router: bool = True
     # the router's pass every N updates, the fixed widths alone between (1: every update)
     router_interval: int = 1

@@ -13,7 +13,7 @@ from typing import Callable, Dict, List
 from budget_plugin.tools.checkpoints import load_checkpoint
 from budget_plugin.tools.evaluation import scored, split_batches
 from budget_plugin.tools.files import write_json
-from budget_research.seeds_study import DATASETS, finetuned, prepared
+from budget_research.seeds_study import DATASETS, finetuned, prepared, train_seconds
 from budget_research.width_study import DIAL_WIDTHS
 
 SYSTEMS = ("dense", *(f"width {w}" for w in DIAL_WIDTHS))
@@ -41,8 +41,7 @@ def study_seed(model_dir: Path, dataset: str, seed: int, root: Path, records: Pa
     finetuned(model_dir, spec, save_dir, seed, threads, log, options=["--cpu-precision", "bf16"])
     recipe = json.loads((save_dir / "recipe.json").read_text())
     found = {"dataset": dataset, "seed": seed, "precision": "bf16", "dev": dev_accuracy(save_dir, spec.data),
-             "train_wall_s": {step: json.loads((save_dir / step / "done.json").read_text())["train_wall_s"]
-                              for step in ("dense", "nested")},
+             "train_wall_s": train_seconds(save_dir, {}),
              "commands": {step: recipe[step] for step in ("dense", "nested")}}
     write_json(record, found)
     return found
