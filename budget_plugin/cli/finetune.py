@@ -83,10 +83,10 @@ def main(argv=None) -> int:
     parser.add_argument("--cpu", action="store_true", help="train on the CPU even where there is a GPU "
                         "(default: the GPU when there is one)")
     parser.add_argument("--fp16", action="store_true", help="train in half precision (fairseq's --fp16; GPU only)")
-    parser.add_argument("--cpu-precision", choices=CHOICES, default=dense.cpu_precision,
-                        help="on the CPU, train in bfloat16 autocast (bf16: fp32 weights, optimizer state and "
-                        "losses), in fp32, or in bf16 where the CPU has bfloat16 instructions (default: "
-                        "%(default)s)")
+    parser.add_argument("--cpu-precision", choices=CHOICES,
+                        help="both steps' training on the CPU: bfloat16 autocast (bf16: fp32 weights, optimizer "
+                        f"state and losses), fp32, or bf16 where the CPU has bfloat16 instructions (auto) (default: "
+                        f"the dense step {dense.cpu_precision}, the nested step {nested.cpu_precision})")
     parser.add_argument("--no-latency", action="store_true",
                         help="skip the summary's ONNX Runtime int8 exports and timings of each width (default: "
                         "run them when onnxruntime is installed: the export extra)")
@@ -112,15 +112,18 @@ def main(argv=None) -> int:
         recipe = finetune.Recipe(lr=args.lr, epochs=args.epochs, seed=args.seed, max_updates=args.max_updates,
                                  max_tokens=args.max_tokens or None,
                                  validate_interval_updates=args.validate_interval_updates, save_optimizer=False,
-                                 cpu_precision=args.cpu_precision)
+                                 cpu_precision=args.cpu_precision or dense.cpu_precision)
         budgets = NestedRecipe(lr=args.lr, max_updates=args.max_updates, min_heads=args.min_heads,
                                sandwich_widths=args.sandwich_widths, sandwich_max_ratio=args.sandwich_max_ratio,
                                min_ffn_ratio=args.min_ffn_ratio,
                                calibration_examples=args.calibration_examples, router=not args.no_router,
-                               router_interval=args.router_interval)
+                               router_interval=args.router_interval,
+                               cpu_precision=args.cpu_precision or nested.cpu_precision)
         precision = " in half precision" if args.fp16 else ""
         if cpu:
-            precision = " in bfloat16 autocast" if cpu_bf16(args.cpu_precision) else " in fp32"
+            named = {True: "bfloat16 autocast", False: "fp32"}
+            precision = ": " + ", ".join(f"the {step} step in {named[cpu_bf16(r.cpu_precision)]}"
+                                         for step, r in (("dense", recipe), ("nested", budgets)))
         log(f"training on the {'CPU' if cpu else 'GPU'}{precision}")
         best = finetune_nested(args.model_dir, args.data_dir, args.save_dir, recipe, budgets, log, args.threads,
                                redo=args.redo, cpu=cpu, fp16=args.fp16)

@@ -64,9 +64,9 @@ class NestedRecipe:
     # the FFN nested too: its neurons ordered by importance, and the smallest width the
     # sandwich trains runs this fraction of them (DynaBERT's smallest width, 0.25); 0: heads only
     min_ffn_ratio: float = 0.25
-    # the head dial's calibration runs the model over these examples dozens of times (71
-    # runs on MR): about 512 dev examples, spread over their lengths, instead of all of
-    # dev (MR's 1066) halve its cost; 0 or None: all of dev
+    # the head dial's calibration runs the model over these examples 15-20 times (17 runs
+    # on MR): about 512 dev examples, spread over their lengths, instead of all of dev
+    # (MR's 1275) halve its cost; 0 or None: all of dev
     calibration_examples: Optional[int] = 512
     # the router's per-input budgets trained beside the fixed widths (its own pass of each
     # update) and the head dial calibrated on them; off, for a model served at fixed widths
@@ -74,6 +74,9 @@ class NestedRecipe:
     router: bool = True
     # the router's pass every N updates, the fixed widths alone between (1: every update)
     router_interval: int = 1
+    # the nested step in fp32 on the CPU: in bfloat16 its widths lost up to 2 points on dev
+    # on some seeds (results/width/precision/summary.md); "auto" or "bf16" ask for it
+    cpu_precision: str = "fp32"
 
 
 def nested_command(data: Path, model_pt: Path, reordered: Path, save_dir: Path, dense: finetune.Recipe,
@@ -87,7 +90,7 @@ def nested_command(data: Path, model_pt: Path, reordered: Path, save_dir: Path, 
         *train_options(data, save_dir, lr=nested.lr, updates=updates,
                        warmup=max(1, round(dense.warmup_share * updates)),
                        seed=dense.seed, num_classes=classes, batch_size=dense.batch_size, max_tokens=dense.max_tokens,
-                       log_interval=dense.log_interval, cpu=cpu), *finetune.device_options(dense, cpu, fp16),
+                       log_interval=dense.log_interval, cpu=cpu), *finetune.device_options(nested.cpu_precision, cpu, fp16),
         "--task", "budget_sentence_prediction", "--arch", "budgetformer", *flags,
         "--head-selection", "nested", "--min-heads", nested.min_heads, "--router-scale", nested.router_scale,
         "--criterion", "budget_sentence_prediction", "--target-head-ratio", nested.target_head_ratio,

@@ -18,6 +18,7 @@ from budget_research.width_study import DIAL_WIDTHS
 
 SYSTEMS = ("dense", *(f"width {w}" for w in DIAL_WIDTHS))
 WITHIN = 0.3  # the bound on the mean dev loss of each system
+SAME_BUT_BF16 = ["--cpu-precision", "bf16", "--router-interval", "1"]
 
 
 def dev_accuracy(save_dir: Path, data: Path) -> Dict[str, float]:
@@ -38,7 +39,8 @@ def study_seed(model_dir: Path, dataset: str, seed: int, root: Path, records: Pa
         return json.loads(record.read_text())
     spec, save_dir = DATASETS[dataset], root / f"{dataset}-seed{seed}"
     prepared(dataset, model_dir, cache, log)
-    finetuned(model_dir, spec, save_dir, seed, threads, log, options=["--cpu-precision", "bf16"])
+    # the seeds study's recipe in all but the precision (its router's pass on every update)
+    finetuned(model_dir, spec, save_dir, seed, threads, log, options=SAME_BUT_BF16)
     recipe = json.loads((save_dir / "recipe.json").read_text())
     found = {"dataset": dataset, "seed": seed, "precision": "bf16", "dev": dev_accuracy(save_dir, spec.data),
              "train_wall_s": train_seconds(save_dir, {}),
