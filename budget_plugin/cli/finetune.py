@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     parser.add_argument("save_dir", type=Path, help="where dense/, nested/ and the steps' files go")
     parser.add_argument("--num-classes", type=int, help="checked against the data's labels (default: theirs)")
     parser.add_argument("--seed", type=int, default=1)
-    defaults = dense, nested = finetune.Recipe(), NestedRecipe()
+    dense, nested = finetune.Recipe(), NestedRecipe()
     parser.add_argument("--lr", type=float, default=dense.lr, help="both fine-tunings' (default: %(default)s)")
     parser.add_argument("--epochs", type=int, default=dense.epochs, help="of the dense step (default: %(default)s)")
     parser.add_argument("--max-updates", type=int, help="cap on each step's updates (the study's: 240 for MR)")
@@ -112,13 +112,13 @@ def main(argv=None) -> int:
         recipe = finetune.Recipe(lr=args.lr, epochs=args.epochs, seed=args.seed, max_updates=args.max_updates,
                                  max_tokens=args.max_tokens or None,
                                  validate_interval_updates=args.validate_interval_updates, save_optimizer=False,
-                                 cpu_precision=args.cpu_precision or defaults[0].cpu_precision)
+                                 cpu_precision=args.cpu_precision or finetune.Recipe.cpu_precision)
         budgets = NestedRecipe(lr=args.lr, max_updates=args.max_updates, min_heads=args.min_heads,
                                sandwich_widths=args.sandwich_widths, sandwich_max_ratio=args.sandwich_max_ratio,
                                min_ffn_ratio=args.min_ffn_ratio,
                                calibration_examples=args.calibration_examples, router=not args.no_router,
                                router_interval=args.router_interval,
-                               cpu_precision=args.cpu_precision or defaults[1].cpu_precision)
+                               cpu_precision=args.cpu_precision or NestedRecipe.cpu_precision)
         precision = " in half precision" if args.fp16 else ""
         if cpu:
             named = {True: "bfloat16 autocast", False: "fp32"}

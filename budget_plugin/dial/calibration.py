@@ -12,9 +12,10 @@ run, so that most ratios take one run (the mean ratio only grows with the shift,
 runs so far bracket each search, and it bisects where a proposal does not close in).
 At the ends, where every shift past a point gives the same ratio, the row holds the
 point (the last shift at --min-heads, the first at every head), so that the ratios just
-inside interpolate towards it; one run at the bound gives it exactly (``end``). The table is stored in the checkpoint (the model's ``head_dial``
-buffer) with the split it was calibrated on (``dial_calibration``, which the export
-reads), so that serving needs no data; the model interpolates between its rows."""
+inside interpolate towards it; one run at the bound gives it exactly (``end``). The
+table is stored in the checkpoint (the model's ``head_dial`` buffer) with the split it
+was calibrated on (``dial_calibration``, which the export reads), so that serving needs
+no data; the model interpolates between its rows."""
 
 import math
 from pathlib import Path
@@ -63,6 +64,7 @@ class Runs:
         self.min_heads, self.heads = model.budget.min_heads, model.args.encoder_attention_heads
         self.ratio: Dict[float, float] = {}
         self.logits: Dict[float, torch.Tensor] = {}
+        self.count = 0  # the model's runs (``copy`` adds a shift, not a run)
 
     @torch.no_grad()
     def __call__(self, shift: float) -> float:
@@ -75,6 +77,7 @@ class Runs:
                     logits.append(torch.stack([layer["budget_logit"] for layer in layers]))
             logits = torch.cat(logits, dim=1)
             self.ratio[shift], self.logits[shift] = heads / (logits.numel() * self.heads), logits
+            self.count += 1
         return self.ratio[shift]
 
     def copy(self, shift: float, to: float):
@@ -126,14 +129,21 @@ def calibrate(model, batches: Sequence[dict], ratios: Sequence[float] = DIAL_RAT
         if abs(runs.ratio[shift] - middle) <= MISSED:
             rows[middle] = shift
             pending += [(low, middle), (middle, high)]
+    return table(rows, runs.ratio, runs.count, log)
+
+
+def table(rows: Dict[float, float], ratio: Dict[float, float], runs: int, log: Callable[[str], None]) -> torch.Tensor:
+    """The N x 2 table of ``rows`` (aim -> shift), each row and the ratio its shift gave
+    (``ratio``: shift -> ratio) logged, a row that misses its aim by more than MISSED as
+    a warning, and the count of ``runs``."""
     for aim, shift in sorted(rows.items()):
-        found = runs.ratio[shift]
+        found = ratio[shift]
         log(f"head ratio {aim:.3f}: shift {shift:+.3f} gives {found:.4f}")
         if abs(found - aim) > MISSED:
             log(f"warning: head ratio {aim:.3f} not reached: the closest shift gives {found:.4f}, further than the "
                 f"tolerance {MISSED} (too few examples or heads in the split for that ratio, or budgets that do "
                 "not vary); the dial runs that shift for it")
-    log(f"{len(set(map(id, runs.logits.values())))} runs over the split")
+    log(f"{runs} runs over the split")
     return torch.tensor(sorted(rows.items()))
 
 

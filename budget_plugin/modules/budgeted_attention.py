@@ -121,8 +121,9 @@ class BudgetedAttention(MultiheadAttention):
 
     def statistics(self, seq_len: int, route: HeadRoute, lazy: bool) -> Mapping[str, Tensor]:
         """This layer's statistics: budget, heads, selected, relevance, attn_flops and
-        attn_flops_full, and budget_logit where a predictor decided the counts. ``lazy`` (inference): those the layer did not compute itself,
-        computed when read (modules/statistics.py)."""
+        attn_flops_full, and budget_logit where a predictor decided the counts. ``lazy``
+        (inference): those the layer did not compute itself, computed when read
+        (modules/statistics.py)."""
         values = {"budget": route.budget, "heads": route.heads}
         if route.logit is not None:  # the budget logit before the dial's shift
             values["budget_logit"] = route.logit

@@ -76,7 +76,8 @@ class NestedRouter(HeadRouter):
         float64 arithmetic rounded to float32: within an ulp of the tensor formula's."""
         H, m, scale = self.num_heads, self.cfg.min_heads, self.cfg.router_scale
         summary = summarize(x, key_padding_mask, self.cfg.budget_pooling)
-        logits = [scale * z for z in F.linear(summary, self.budget_proj.weight, self.budget_proj.bias).view(-1).tolist()]
+        raw = F.linear(summary, self.budget_proj.weight, self.budget_proj.bias).view(-1).tolist()
+        logits = [scale * z for z in raw]
         budgets = [m + (H - m) * _sigmoid(z + shift) for z in logits]
         counts: List[int] = [round(b) for b in budgets]
         return HeadRoute(torch.tensor(budgets, device=x.device), torch.tensor(counts, device=x.device), None, None,

@@ -7,7 +7,7 @@ from typing import Callable, Dict, Sequence
 import torch
 
 from budget_plugin.dial.calibration import DIAL_RATIOS, MISSED, SHIFT_BOUND, SHIFT_RESOLUTION, TOLERANCE
-from budget_plugin.dial.calibration import calibration_ratios, mean_ratio
+from budget_plugin.dial.calibration import calibration_ratios, mean_ratio, table
 from budget_plugin.dial.settings import Dial
 
 
@@ -67,14 +67,4 @@ def bisection_calibrate(model, batches: Sequence[dict], ratios: Sequence[float] 
             if abs(seen[shift] - middle) <= MISSED:
                 rows[middle] = shift
                 pending += [(low, middle), (middle, high)]
-    for aim, shift in sorted(rows.items()):
-        found = seen[shift]
-        log(f"head ratio {aim:.3f}: shift {shift:+.3f} gives {found:.4f}")
-        if abs(found - aim) > MISSED:
-            log(f"warning: head ratio {aim:.3f} not reached: the closest shift gives {found:.4f}, further than the "
-                f"tolerance {MISSED} (too few examples or heads in the split for that ratio, or budgets that do "
-                "not vary); the dial runs that shift for it")
-    log(f"{len(seen)} runs over the split")
-    return torch.tensor(sorted(rows.items()))
-
-
+    return table(rows, seen, len(seen), log)
