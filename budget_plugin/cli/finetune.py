@@ -54,6 +54,9 @@ def main(argv=None) -> int:
     dense, nested = finetune.Recipe(), NestedRecipe()
     parser.add_argument("--lr", type=float, default=dense.lr, help="both fine-tunings' (default: %(default)s)")
     parser.add_argument("--epochs", type=int, default=dense.epochs, help="of the dense step (default: %(default)s)")
+    parser.add_argument("--min-updates", type=int, default=dense.min_updates,
+                        help="each step's updates at least, however small the data: its epochs grow to hold them "
+                        "(0: the epochs alone; default: %(default)s)")
     parser.add_argument("--max-updates", type=int, help="cap on each step's updates (the study's: 240 for MR)")
     parser.add_argument("--max-tokens", type=int, default=dense.max_tokens,
                         help="a batch's pieces, padding included, at most: a batch with a long text holds fewer "
@@ -93,6 +96,8 @@ def main(argv=None) -> int:
     parser.add_argument("--redo", action="store_true",
                         help="where SAVE_DIR holds steps run with other options, run them again (default: refuse)")
     args = parser.parse_args(argv)
+    if args.min_updates < 0:
+        parser.error(f"--min-updates must be >= 0 (0: the epochs alone), got {args.min_updates}")
     if args.router_interval < 1:
         parser.error(f"--router-interval must be >= 1, got {args.router_interval}")
     if args.calibration_examples < 0:
@@ -109,7 +114,8 @@ def main(argv=None) -> int:
         classes = num_classes(args.data_dir)
         if args.num_classes is not None and args.num_classes != classes:
             raise DataError(f"--num-classes {args.num_classes}, but {args.data_dir}/label/dict.txt has {classes}")
-        recipe = finetune.Recipe(lr=args.lr, epochs=args.epochs, seed=args.seed, max_updates=args.max_updates,
+        recipe = finetune.Recipe(lr=args.lr, epochs=args.epochs, seed=args.seed, min_updates=args.min_updates,
+                                 max_updates=args.max_updates,
                                  max_tokens=args.max_tokens or None,
                                  validate_interval_updates=args.validate_interval_updates, save_optimizer=False,
                                  cpu_precision=args.cpu_precision or finetune.Recipe.cpu_precision)

@@ -28,6 +28,10 @@ TRAIN_ENV = {"MALLOC_MMAP_THRESHOLD_": str(8 << 20)}
 class Recipe:
     lr: float = 1e-4  # chosen on MR's dev split (examples/budgetformer/README.md)
     epochs: int = 2
+    # however small the data, at least this many updates (the epochs grow to hold them): two
+    # epochs of 2,000 texts are 126 updates, too few for the narrow widths (chosen on dev:
+    # results/width/schedule/); 0: the epochs alone
+    min_updates: int = 480
     batch_size: int = 32
     # a batch's pieces, padding included, at most: a batch holding a text cut at 512 pieces
     # has 16 examples, not 32 (16,384 pieces: the memory that killed a nested step); MR's
@@ -51,8 +55,16 @@ class Recipe:
     cpu_precision: str = "auto"
 
     def updates(self, train_examples: int) -> int:
-        epochs = math.ceil(train_examples / self.batch_size) * self.epochs
-        return epochs if self.max_updates is None else min(epochs, self.max_updates)
+        planned = max(self.batches(train_examples) * self.epochs, self.min_updates)
+        return planned if self.max_updates is None else min(planned, self.max_updates)
+
+    def batches(self, train_examples: int) -> int:
+        """An epoch's updates at ``batch_size`` (a batch cut by ``max_tokens`` makes more)."""
+        return math.ceil(train_examples / self.batch_size)
+
+    def max_epochs(self, train_examples: int) -> int:
+        """The epochs that hold ``updates``: ``epochs``, or more to reach ``min_updates``."""
+        return max(self.epochs, math.ceil(self.updates(train_examples) / self.batches(train_examples)))
 
 
 def encoder_args(model_pt: Path):
@@ -95,7 +107,7 @@ def command(system: str, data: Path, model_dir: Path, save_dir: Path, recipe: Re
                        seed=recipe.seed, num_classes=num_classes, batch_size=recipe.batch_size,
                        max_tokens=recipe.max_tokens,
                        log_interval=recipe.log_interval, cpu=cpu), *device_options(recipe.cpu_precision, cpu, fp16),
-        "--task", "budget_sentence_prediction", *model, "--max-epoch", recipe.epochs, *interval,
+        "--task", "budget_sentence_prediction", *model, "--max-epoch", recipe.max_epochs(train_examples), *interval,
         "--restore-file", model_dir / "model.pt", "--reset-optimizer", "--reset-dataloader", "--reset-meters",
     ]
 

@@ -13,15 +13,16 @@ to end.
    ``roberta`` fine-tuned (the dense model), its heads' and FFN neurons' importance, both
    reordered by it, BudgetFormer ``--head-selection nested`` fine-tuned from it with
    every width trained at once, the dials calibrated and allocated on dev;
-3. the width: budget-finetune's pick, the fastest of the recipe's widths on ONNX
-   Runtime int8 at batch 1 (every width exported and timed on dev beside dense) among
-   those within 1.0 point of dense on dev, exported physically cut (budget-export) and to ONNX Runtime with int8
-   (budget-export-onnx), the dense model to ONNX Runtime too; fairseq-validate on dev
-   and test of the dense model and the export;
-4. accuracy on dev and test and latency at batch 1 (the first 64 test sentences) and 32
-   (the first 16 batches), the systems interleaved in one process: dense in PyTorch
-   eager, PyTorch's dynamic int8, ONNX Runtime and ONNX Runtime int8, and the width's
-   export in eager, ONNX Runtime and ONNX Runtime int8;
+3. every system measured once, side by side in one process: the dense model in PyTorch
+   eager, PyTorch's dynamic int8, ONNX Runtime and ONNX Runtime int8, and every width
+   the recipe scored, cut, in eager, ONNX Runtime and ONNX Runtime int8 (each ONNX export
+   checked against fairseq on dev as budget-export-onnx checks it). Accuracy on dev and
+   test (test scored once: nothing is chosen on it); latency at batch 1 (the first 64 dev
+   sentences) and 32 (the first 16 dev batches), interleaved rounds until every median is
+   known within 1% (timing.steady_latencies);
+4. the width: budget-finetune's pick, the fastest width on ONNX Runtime int8 at batch 1
+   among those within 1.0 point of dense on dev, exported physically cut (budget-export)
+   and scored on dev and test by fairseq-validate;
 5. the export served: budget-predict --onnx on test sentences (ONNX Runtime, tokenizers
    and numpy: no torch, no fairseq);
 6. one table (also results/demo.md and results/demo.json), a picture of accuracy against
@@ -57,10 +58,8 @@ from budget_plugin.data.prepare import prepare_task  # noqa: E402
 from budget_plugin.nested import finetune  # noqa: E402
 from budget_plugin.nested.export import export_pruned  # noqa: E402
 from budget_plugin.nested.recipe import NestedRecipe, finetune_nested  # noqa: E402
-from budget_plugin.serving.width_latency import DENSE, serving_summary  # noqa: E402
-from budget_plugin.tools.checkpoints import load_checkpoint  # noqa: E402
+from budget_plugin.serving.width_latency import DENSE, pick, width_table  # noqa: E402
 from budget_plugin.tools.errors import DataError, DownloadError, PreprocessError  # noqa: E402
-from budget_plugin.tools.evaluation import split_batches  # noqa: E402
 from budget_plugin.tools.fairseq_cli import CommandFailed, validate  # noqa: E402
 from budget_plugin.tools.files import write_atomic, write_json  # noqa: E402
 from budget_plugin.tools.progress import log  # noqa: E402
@@ -68,6 +67,7 @@ from budget_plugin.tools.tiny_bert import SPECIAL_TOKENS, TINY, write_bert  # no
 from budget_research import figures, pretrained  # noqa: E402
 from budget_research.head_pictures import head_pictures  # noqa: E402
 from budget_research.serving_study import measured, systems  # noqa: E402
+from budget_research.timing import SPREAD  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]  # the repository: examples/budgetformer/ is two below
 
@@ -123,18 +123,25 @@ def validate_all(checkpoints: dict, data: Path) -> dict:
     return scores
 
 
-def chosen_width(save_dir: Path, data: Path, best: dict, dense_dev: float, threads: int) -> str:
-    """budget-finetune's pick (width_latency.py): the widths' dev accuracies as the recipe
-    scored them (its chosen allocation), their int8 exports timed beside dense's; the
-    summary printed. The full width if no width is within a point."""
+def chosen_width(save_dir: Path, rows: dict) -> str:
+    """budget-finetune's pick (width_latency.py): the fastest width on ONNX Runtime int8 at
+    batch 1 (as measured, on dev inputs) among those within a point of dense on dev, each
+    width's dev accuracy as the recipe scored it (its chosen allocation); the summary
+    printed. The full width if no width is within a point."""
     allocation = json.loads((save_dir / "nested" / "calibration.json").read_text())["allocation"]
-    dev = {DENSE: dense_dev, **{f"width {w}": row["accuracy"]
-                                for w, row in allocation["widths"][allocation["chosen"]].items()}}
-    task = load_checkpoint(best["dense"], data)[1]
-    lines, chosen = serving_summary(save_dir, data, best, dev, split_batches(task, 32, "valid"),
-                                    task.source_dictionary.pad(), threads, log)
-    print("\n".join(lines), flush=True)
+    dev = {DENSE: rows["dense, eager"]["dev_accuracy"],
+           **{f"width {w}": row["accuracy"] for w, row in allocation["widths"][allocation["chosen"]].items()}}
+    latency = {name: {f"b{b}": rows[f"{name}, ONNX Runtime int8"][f"latency_b{b}_ms"] for b in (1, 32)}
+               for name in dev}
+    chosen = pick(dev, latency)
+    print("\n".join(width_table(dev, latency, chosen)), flush=True)
     return chosen.split()[-1] if chosen else "1"
+
+
+def recipe_widths(save_dir: Path) -> list:
+    """The widths the recipe scored on dev (its width dial's allocation)."""
+    allocation = json.loads((save_dir / "nested" / "calibration.json").read_text())["allocation"]
+    return list(allocation["widths"][allocation["chosen"]])
 
 
 def per_layer(counts) -> str:
@@ -156,16 +163,33 @@ def table(rows: dict, exports: dict) -> str:
     return "\n".join(lines)
 
 
+RUNTIMES = {"eager": "o", "eager int8": "v", "ONNX Runtime": "s", "ONNX Runtime int8": "D"}
+
+
 def accuracy_against_latency(rows: dict, path: Path, title: str) -> Path:
-    """Test accuracy against latency (a share of dense in eager) at batch 1 and 32."""
+    """The frontier: test accuracy against latency (a share of dense in eager) at batch 1
+    and 32, every width in each runtime joined by a line and labelled with its width,
+    dense in each runtime a star of that runtime's colour."""
     from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator, StrMethodFormatter
 
     plt = figures.pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5), sharey=True)
     for ax, batch in zip(axes, (1, 32)):
-        for name, r in rows.items():
-            ratio = r[f"latency_b{batch}_ms"] / rows["dense, eager"][f"latency_b{batch}_ms"]
-            ax.plot(ratio, r["test_accuracy"], "*" if name.startswith("dense") else "o", label=name)
+        ratio = lambda r: r[f"latency_b{batch}_ms"] / rows["dense, eager"][f"latency_b{batch}_ms"]  # noqa: E731
+        for colour, (runtime, marker) in enumerate(RUNTIMES.items()):
+            widths = sorted((ratio(r), r["test_accuracy"], name.split(", ")[0].split()[1])
+                            for name, r in rows.items() if name.startswith("width ") and
+                            name.split(", ", 1)[1] == runtime)
+            if widths:
+                ax.plot([w[0] for w in widths], [w[1] for w in widths], marker + "-", color=f"C{colour}",
+                        markersize=5, label=f"nested model's widths, {runtime}")
+                for x, y, width in widths:
+                    ax.annotate(width, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7,
+                                color=f"C{colour}")
+            dense = rows.get(f"dense, {runtime}")
+            if dense:
+                ax.plot(ratio(dense), dense["test_accuracy"], "*", color=f"C{colour}", markersize=12,
+                        markeredgecolor="black", markeredgewidth=0.5, label=f"dense, {runtime}")
         ax.set_xscale("log")
         # plain decimals at a few ticks: log-scale minor labels (2x10^-1, 3x10^-1, ...) overlap
         ax.xaxis.set_major_locator(FixedLocator([0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.7, 1.0]))
@@ -174,11 +198,11 @@ def accuracy_against_latency(rows: dict, path: Path, title: str) -> Path:
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(f"latency / dense in eager, batch {batch} (log scale)")
         ax.grid(alpha=0.3, which="both")
-    axes[0].set_ylabel("test accuracy")
+    axes[0].set_ylabel("test accuracy (%)")
     handles, labels = axes[0].get_legend_handles_labels()  # below the plots: inside, it hides points
     fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=10)
-    fig.subplots_adjust(bottom=0.27)
+    fig.subplots_adjust(bottom=0.25)
     return figures.save(fig, path)
 
 
@@ -197,7 +221,8 @@ def demo(args):
     log("step 1/6: model and data" + ("" if args.quick else " (downloaded and converted once, then cached)"))
     model, data = prepare(args)
     recipe = finetune.Recipe(lr=args.lr, epochs=args.epochs, seed=args.seed, log_interval=args.log_interval,
-                             max_updates=args.max_updates, validate_interval_updates=args.validate_interval,
+                             min_updates=args.min_updates, max_updates=args.max_updates,
+                             validate_interval_updates=args.validate_interval,
                              save_optimizer=False)
     nested = NestedRecipe(lr=args.lr, max_updates=args.max_updates, min_heads=args.min_heads)
     log("step 2/6: budget-finetune's recipe: the dense model, its heads' and neurons' importance and order, the "
@@ -206,29 +231,37 @@ def demo(args):
     best = finetune_nested(model, data, args.save_dir, recipe, nested, log)
     train_wall = time.time() - began
 
-    dense_scores = validate_all({"dense": best["dense"]}, data)
-    dense_dev = dense_scores["dense"]["dev_accuracy"]
-    log("step 3/6: the width: every width exported to ONNX Runtime int8 and timed beside dense on dev")
+    log("step 3/6: the dense model and every width exported to ONNX Runtime (fp32 and int8, each checked against "
+        "fairseq on dev), all measured side by side")
     torch.set_num_threads(args.threads)
-    width = chosen_width(args.save_dir, data, best, dense_dev, args.threads)
+    parts = {"recipe": train_wall}
+    began = time.time()
+    runs, manifests, task = systems(args.save_dir, data, args.threads, widths=recipe_widths(args.save_dir), log=log)
+    parts["exports"], began = time.time() - began, time.time()
+    log(f"{len(runs)} systems: accuracy on dev and test; latency on dev inputs at batch 1 and 32, interleaved rounds "
+        f"until every median is known within {SPREAD:.0%} (at least {args.repeats}, at most {args.max_repeats})")
+    rows = measured(runs, task, singles=64, batches=16, repeats=args.repeats, max_repeats=args.max_repeats,
+                    timed_split="valid", log=log)
+    parts["measurement"], began = time.time() - began, time.time()
+    width = chosen_width(args.save_dir, rows)
     exported = args.save_dir / "exported" / "checkpoint_pruned.pt"
-    log(f"width {width}: the fastest within 1.0 point of dense on dev ({dense_dev:.2f}), exported cut "
-        "(budget-export); fairseq-validate")
+    log(f"step 4/6: width {width}, the fastest within 1.0 point of dense on dev, exported cut (budget-export) and "
+        "scored by fairseq-validate")
     export_pruned(best["nested"], exported, width=width)
-    checked = {**dense_scores, **validate_all({f"width {width}": exported}, data)}
-    runs, manifests, task = systems(args.save_dir, data, args.threads, widths=(width,), log=log)
-    log(f"step 4/6: accuracy on dev and test, latency at batch 1 and 32: {len(runs)} systems interleaved")
-    rows = measured(runs, task, singles=64, batches=16, repeats=args.repeats, log=log)
+    checked = validate_all({f"width {width}": exported}, data)
+    parts["cut and fairseq-validate"], began = time.time() - began, time.time()
 
     folder = args.save_dir / "onnx" / f"width-{width}"
     log(f"step 5/6: the width-{width} export served by ONNX Runtime int8, no torch, no fairseq")
     print(served(folder, example_texts(args.quick), args.save_dir), flush=True)
+    parts["served"] = time.time() - began
 
     text = table(rows, manifests)
     write_atomic(args.out_dir / "demo.md", text + "\n")
     write_json(args.out_dir / "demo.json", {
         "recipe": asdict(recipe), "nested_recipe": asdict(nested), "threads": args.threads, "width": width,
-        "train_wall_s": round(train_wall), "wall_s": round(time.time() - start), "systems": rows,
+        "train_wall_s": round(train_wall), "wall_s": round(time.time() - start),
+        "parts_s": {name: round(seconds) for name, seconds in parts.items()}, "systems": rows,
         "fairseq_validate": checked, "exports": {name: {key: m[key] for key in ("heads", "neurons", "model_flops_ratio",
                                                                              "checked_on")}
                                                  for name, m in manifests.items()}})
@@ -237,7 +270,8 @@ def demo(args):
     print(f"\nstep 6/6: {title}; one nested model cut to width {width} (chosen on dev) against the dense model "
           "fine-tuned from the same weights, each in PyTorch eager and ONNX Runtime (fp32, int8); test scored once:\n")
     print(text)
-    print(f"\nratios against dense in PyTorch eager; latency on {args.threads} CPU threads, the systems interleaved. "
+    print(f"\nratios against dense in PyTorch eager; latency on dev inputs, {args.threads} CPU threads, the systems "
+          "interleaved. "
           f"Training {train_wall:.0f} s, {time.time() - start:.0f} s in all.")
     print(f"written: {args.out_dir / 'demo.md'}, {args.out_dir / 'demo.json'}; the ONNX folders under "
           f"{args.save_dir / 'onnx'}; TensorBoard logs under {args.save_dir}/*/tensorboard")
@@ -272,7 +306,9 @@ def main():
                         help="updates of each fine-tuning (default 240, the study's for MR; --quick: the epochs')")
     parser.add_argument("--lr", type=float, default=finetune.Recipe.lr)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--repeats", type=int, help="latency rounds (median; default 5, --quick 1)")
+    parser.add_argument("--repeats", type=int, help="latency rounds at least (the median; default 3, --quick 1)")
+    parser.add_argument("--max-repeats", type=int, help="latency rounds at most, taken while a median is not yet "
+                        f"known within {SPREAD:.0%} (default 9, --quick 1)")
     parser.add_argument("--threads", type=int, default=2, help="threads of torch and ONNX Runtime when timed "
                         "(default: %(default)s, a small CPU server's)")
     parser.add_argument("--quick", action="store_true", help="offline, in a minute: a tiny random BERT, toy data")
@@ -280,9 +316,11 @@ def main():
     args.save_dir = (args.save_dir or REPO / "checkpoints" / ("demo-quick" if args.quick else "demo")).resolve()
     args.epochs = args.epochs or (5 if args.quick else finetune.Recipe.epochs)
     args.max_updates = args.max_updates or (None if args.quick else 240)
+    args.min_updates = 0 if args.quick else finetune.Recipe.min_updates  # toy data: its epochs, not 480 updates
     args.validate_interval = 0 if args.quick else 80  # dev three times in 240 updates, as in the study
     args.min_heads = 1 if args.quick else NestedRecipe.min_heads  # the tiny BERT has 4 heads a layer
-    args.repeats = args.repeats or (1 if args.quick else 5)
+    args.repeats = args.repeats or (1 if args.quick else 3)
+    args.max_repeats = max(args.repeats, args.max_repeats or (1 if args.quick else 9))
     args.log_interval = 10 if args.quick else finetune.Recipe.log_interval
     args.data_dir = args.data_dir.resolve()
     try:

@@ -107,13 +107,20 @@ def test_quick_demo_runs_offline_end_to_end(quick):
     picked = [n for n, (marked, _) in summary.items() if marked]
     assert picked == ([min(within, key=lambda n: summary[n][1][1])] if within else [])
     assert width == (picked[0].split()[-1] if picked else "1")
+    # the frontier: dense in each runtime and every width the recipe scored in eager, ONNX Runtime
+    # and its int8, measured once (the pick's latencies are the table's)
     runtimes = ("eager", "ONNX Runtime", "ONNX Runtime int8")
-    assert sorted(rows) == sorted(["dense, eager int8", *(f"{s}, {r}" for s in ("dense", f"width {width}")
-                                                           for r in runtimes)])
+    assert sorted(rows) == sorted(["dense, eager int8", *(f"{s}, {r}" for s in ("dense", *summary) if s != "dense"
+                                                           for r in runtimes), *(f"dense, {r}" for r in runtimes)])
     for name, row in rows.items():
         assert row["latency_b1_ms"] > 0 and row["latency_b32_ms"] > 0
+        assert (row["rounds_b1"], row["rounds_b32"]) == (1, 1)  # --quick: one round
+    for name, (_, values) in summary.items():
+        assert values[1] == pytest.approx(rows[f"{name}, ONNX Runtime int8"]["latency_b1_ms"], abs=0.006)
+    assert set(report["parts_s"]) == {"recipe", "exports", "measurement", "cut and fairseq-validate", "served"}
     # fairseq-validate's accuracies (every test example, scored once) are the measured ones, and the
     # fp32 ONNX graphs predict what their fairseq models predict
+    assert list(report["fairseq_validate"]) == [f"width {width}"]  # the cut; dense's is the eager row
     for system, checked in report["fairseq_validate"].items():
         assert checked["test_examples"] == 60
         for split in ("dev", "test"):
@@ -133,7 +140,7 @@ def test_quick_demo_runs_offline_end_to_end(quick):
     assert len(served) == 3 and all(row.split("\t")[1] in ("0", "1") for row in served[1:])
 
     table = (results / "demo.md").read_text()
-    assert table.startswith("| system | dev acc | test acc |") and table.count("\n") == 9
+    assert table.startswith("| system | dev acc | test acc |") and table.count("\n") == 2 + len(rows)
     assert table.strip() in output
     usage = json.loads((results / "heads" / "heads.json").read_text())
     assert usage["split"] == "test" and usage["examples"] == 60
@@ -149,12 +156,12 @@ def test_a_user_dials_exports_and_predicts_with_the_demos_model(quick):
     nested = checkpoints / "nested" / "checkpoint_best.pt"
     trained = nested.read_bytes()
     # the demo's options again (its --log-interval is not recorded: it changes nothing trained)
-    again = script("finetune.py", model, data, checkpoints, "--min-heads", 1, "--epochs", 2, "--cpu")
+    again = script("finetune.py", model, data, checkpoints, "--min-heads", 1, "--epochs", 2, "--min-updates", 0, "--cpu")
     assert again.count("done before, with the same options") == 5 and "$ fairseq-train" not in again
     assert nested.read_bytes() == trained
     # other options are refused, naming the first step they change; nothing is touched
     refused = subprocess.run(program_of([sys.executable, REPO / "scripts" / "finetune.py", model, data, checkpoints,
-                                         "--min-heads", 1, "--epochs", 2, "--cpu", "--lr", "3e-4"]),
+                                         "--min-heads", 1, "--epochs", 2, "--min-updates", 0, "--cpu", "--lr", "3e-4"]),
                              capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert refused.returncode == 2 and "$ fairseq-train" not in refused.stdout
     assert f"error: {checkpoints}: its dense step was run with other options: --lr 0.0001 (now 0.0003)" in \
@@ -231,7 +238,7 @@ def test_no_router_trains_the_widths_alone_from_the_same_dense_step(quick, tmp_p
     record = save / "recipe.json"  # the steps' commands name their SAVE_DIR: the copy's
     record.write_text(record.read_text().replace(str(checkpoints), str(save)))
     dense = (save / "dense" / "checkpoint_best.pt").read_bytes()
-    options = [root / "model", root / "QUICK-bin", save, "--min-heads", 1, "--epochs", 2, "--cpu", "--no-router",
+    options = [root / "model", root / "QUICK-bin", save, "--min-heads", 1, "--epochs", 2, "--min-updates", 0, "--cpu", "--no-router",
                "--no-latency"]
     refused = subprocess.run(program_of([sys.executable, REPO / "scripts" / "finetune.py", *options]),
                              capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))

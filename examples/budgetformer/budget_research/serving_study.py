@@ -31,7 +31,7 @@ from budget_plugin.serving.plain_model import PlainClassifier
 from budget_plugin.serving.width_latency import onnx_folder
 from budget_plugin.tools.checkpoints import as_budgetformer, load_checkpoint, read
 from budget_plugin.tools.evaluation import classify, split_batches, tokens
-from budget_research.timing import latencies_of, machine_info
+from budget_research.timing import machine_info, steady_latencies
 from budget_research.width_study import DIAL_WIDTHS
 from budget_serve.predictor import session
 
@@ -87,16 +87,22 @@ def accuracy(run: Callable[[torch.Tensor], torch.Tensor], batches: List[dict]) -
     return 100.0 * right / total
 
 
-def measured(runs: Dict[str, Callable], task, singles: int, batches: int, repeats: int, log=print) -> Dict[str, dict]:
-    """Each run's dev and test accuracy and its latency at batch 1 and 32 (ms), interleaved."""
+def measured(runs: Dict[str, Callable], task, singles: int, batches: int, repeats: int, log=print,
+             timed_split: str = "test", max_repeats: Optional[int] = None) -> Dict[str, dict]:
+    """Each run's dev and test accuracy and its latency at batch 1 and 32 (ms) on
+    ``timed_split``'s first inputs, interleaved: ``repeats`` rounds, or with ``max_repeats``
+    from ``repeats`` up to it until every median is steady (timing.steady_latencies; the
+    rounds taken are each row's ``rounds_b1`` and ``rounds_b32``)."""
     splits = {split: split_batches(task, 32, split) for split in ("valid", "test")}
     found = {name: {f"{'dev' if split == 'valid' else 'test'}_accuracy": accuracy(run, b)
                     for split, b in splits.items()} for name, run in runs.items()}
-    timed = {1: split_batches(task, 1, "test")[:singles], 32: splits["test"][:batches]}
+    timed = {1: split_batches(task, 1, timed_split)[:singles], 32: splits[timed_split][:batches]}
     for batch_size, timed_batches in timed.items():
-        log(f"latency at batch {batch_size}: {len(runs)} systems, {repeats} interleaved rounds")
-        for name, seconds in zip(runs, latencies_of(list(runs.values()), timed_batches, repeats)):
-            found[name][f"latency_b{batch_size}_ms"] = 1000 * seconds / len(timed_batches)
+        seconds, rounds = steady_latencies(list(runs.values()), timed_batches, repeats, max_repeats or repeats)
+        log(f"latency at batch {batch_size}: {len(runs)} systems, {rounds} interleaved rounds")
+        for name, value in zip(runs, seconds):
+            found[name].update({f"latency_b{batch_size}_ms": 1000 * value / len(timed_batches),
+                                f"rounds_b{batch_size}": rounds})
     return found
 
 

@@ -68,14 +68,36 @@ def latencies(models, batches: Sequence[dict], repeats: int) -> List[float]:
 def latencies_of(runs: Sequence[Callable[[torch.Tensor], object]], batches: Sequence[dict],
                  repeats: int) -> List[float]:
     """Seconds per pass over the batches, per ``run`` (tokens in): median of ``repeats``
-    rounds after one warm-up round, the runs interleaved (and rotated) within each
-    round, so that the machine's drift hits them alike."""
+    rounds after one warm-up round (steady_latencies at a fixed count)."""
+    return steady_latencies(runs, batches, repeats, repeats)[0]
+
+
+# a median is known to this share of itself when the rounds stop: its standard error, about
+# 1.25 sd / sqrt(rounds) for timings near normal, over the median
+SPREAD = 0.01
+
+
+@torch.no_grad()
+def steady_latencies(runs: Sequence[Callable[[torch.Tensor], object]], batches: Sequence[dict], min_rounds: int,
+                     max_rounds: int, spread: float = SPREAD) -> Tuple[List[float], int]:
+    """Seconds per pass over the batches, per ``run`` (tokens in), and the rounds it took:
+    the median of the rounds after one warm-up round, the runs interleaved (and rotated)
+    within each round so that the machine's drift hits them alike. Rounds go on from
+    ``min_rounds`` until every median's standard error is within ``spread`` of it (a
+    steady machine stops early, a noisy one gets more rounds), at most ``max_rounds``."""
     times = [[] for _ in runs]
-    for round_ in range(repeats + 1):
+    for round_ in range(max_rounds + 1):
         for i in rotation(len(runs), round_):
             start = time.perf_counter()
             for sample in batches:
                 runs[i](tokens(sample))
             if round_ > 0:
                 times[i].append(time.perf_counter() - start)
-    return [statistics.median(t) for t in times]
+        if round_ >= max(min_rounds, 2) and all(median_error(t) <= spread for t in times):
+            break
+    return [statistics.median(t) for t in times], len(times[0])
+
+
+def median_error(times: Sequence[float]) -> float:
+    """The standard error of the median of ``times``, a share of it."""
+    return 1.2533 * statistics.stdev(times) / len(times) ** 0.5 / statistics.median(times)
