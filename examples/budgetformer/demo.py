@@ -123,14 +123,12 @@ def validate_all(checkpoints: dict, data: Path) -> dict:
     return scores
 
 
-def chosen_width(save_dir: Path, rows: dict) -> str:
+def chosen_width(widths: dict, rows: dict) -> str:
     """budget-finetune's pick (width_latency.py): the fastest width on ONNX Runtime int8 at
     batch 1 (as measured, on dev inputs) among those within a point of dense on dev, each
-    width's dev accuracy as the recipe scored it (its chosen allocation); the summary
+    width's dev accuracy as the recipe scored it (``widths``: recipe_widths); the summary
     printed. The full width if no width is within a point."""
-    allocation = json.loads((save_dir / "nested" / "calibration.json").read_text())["allocation"]
-    dev = {DENSE: rows["dense, eager"]["dev_accuracy"],
-           **{f"width {w}": row["accuracy"] for w, row in allocation["widths"][allocation["chosen"]].items()}}
+    dev = {DENSE: rows["dense, eager"]["dev_accuracy"], **{f"width {w}": row["accuracy"] for w, row in widths.items()}}
     latency = {name: {f"b{b}": rows[f"{name}, ONNX Runtime int8"][f"latency_b{b}_ms"] for b in (1, 32)}
                for name in dev}
     chosen = pick(dev, latency)
@@ -138,10 +136,10 @@ def chosen_width(save_dir: Path, rows: dict) -> str:
     return chosen.split()[-1] if chosen else "1"
 
 
-def recipe_widths(save_dir: Path) -> list:
-    """The widths the recipe scored on dev (its width dial's allocation)."""
+def recipe_widths(save_dir: Path) -> dict:
+    """The widths the recipe scored on dev, each with its row (its chosen allocation's)."""
     allocation = json.loads((save_dir / "nested" / "calibration.json").read_text())["allocation"]
-    return list(allocation["widths"][allocation["chosen"]])
+    return allocation["widths"][allocation["chosen"]]
 
 
 def per_layer(counts) -> str:
@@ -236,14 +234,15 @@ def demo(args):
     torch.set_num_threads(args.threads)
     parts = {"recipe": train_wall}
     began = time.time()
-    runs, manifests, task = systems(args.save_dir, data, args.threads, widths=recipe_widths(args.save_dir), log=log)
+    widths = recipe_widths(args.save_dir)
+    runs, manifests, task = systems(args.save_dir, data, args.threads, widths=list(widths), log=log)
     parts["exports"], began = time.time() - began, time.time()
     log(f"{len(runs)} systems: accuracy on dev and test; latency on dev inputs at batch 1 and 32, interleaved rounds "
         f"until every median is known within {SPREAD:.0%} (at least {args.repeats}, at most {args.max_repeats})")
     rows = measured(runs, task, singles=64, batches=16, repeats=args.repeats, max_repeats=args.max_repeats,
                     timed_split="valid", log=log)
     parts["measurement"], began = time.time() - began, time.time()
-    width = chosen_width(args.save_dir, rows)
+    width = chosen_width(widths, rows)
     exported = args.save_dir / "exported" / "checkpoint_pruned.pt"
     log(f"step 4/6: width {width}, the fastest within 1.0 point of dense on dev, exported cut (budget-export) and "
         "scored by fairseq-validate")

@@ -10,19 +10,17 @@ RECORDS/DATASET-seedN.json, rewritten after each): a second run trains nothing t
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Callable, Dict, List
 
 from budget_plugin.nested.recipe import NestedRecipe, RecipePaths, calibration_step, train_step
-from budget_plugin.tools.fairseq_cli import run
 from budget_plugin.tools.files import write_json
 from budget_research.augmentation import augment
 from budget_research.precision_study import SYSTEMS, dev_accuracy
 from budget_research.recipe_candidates import slug
 from budget_research.recipe_study import replaced
-from budget_research.seeds_study import DATASETS, prepared
+from budget_research.seeds_study import DATASETS, prepared, recipe_run, train_seconds
 from budget_research.small_data import cut_training
 from budget_research.width_study import DIAL_WIDTHS
 
@@ -45,18 +43,6 @@ def data_folder(dataset: str, model_dir: Path, cache: Path, log: Callable[[str],
         return data
     return cut_training(data.parent / "raw" / full, data.parent, dataset, examples, seed=1, model_dir=model_dir,
                         log=log)
-
-
-def finetuned(model_dir: Path, data: Path, save_dir: Path, seed: int, options: List[str], threads: int,
-              log: Callable[[str], None]) -> None:
-    """budget-finetune into ``save_dir`` (it resumes; skipped once calibrated)."""
-    if (save_dir / "nested" / "calibration.json").is_file():
-        return
-    log(f"budget-finetune {' '.join(options)} -> {save_dir}")
-    save_dir.parent.mkdir(parents=True, exist_ok=True)
-    run([Path(sys.executable).with_name("budget-finetune"), model_dir, data, save_dir, "--seed", seed,
-         "--threads", threads, "--cpu", "--no-latency", *options], log_path=save_dir.parent / f"{save_dir.name}.log",
-        progress=lambda line: "[budget-finetune" in line or "valid on 'valid'" in line)
 
 
 def augmented_nested(rule_dir: Path, data: Path, out: Path, threads: int, log: Callable[[str], None]) -> float:
@@ -87,10 +73,6 @@ def updates(save_dir: Path) -> int:
     return int(command[command.index("--max-update") + 1])
 
 
-def wall(save_dir: Path, step: str) -> float:
-    return json.loads((save_dir / step / "done.json").read_text())["train_wall_s"]
-
-
 def study_seed(model_dir: Path, dataset: str, seed: int, root: Path, records: Path, cache: Path,
                names: List[str], threads: int = 2, log: Callable[[str], None] = print) -> dict:
     """Each named schedule (and AUGMENTED) of one data set and seed, trained and scored
@@ -104,17 +86,16 @@ def study_seed(model_dir: Path, dataset: str, seed: int, root: Path, records: Pa
         save_dir = root / f"{dataset}-seed{seed}" / slug(name)
         if name == AUGMENTED:
             rule_dir = root / f"{dataset}-seed{seed}" / slug(RULE)
-            finetuned(model_dir, data, rule_dir, seed, SCHEDULES[RULE], threads, log)
+            recipe_run(model_dir, data, rule_dir, seed, threads, log, SCHEDULES[RULE])
             extra = augmented_nested(rule_dir, data, save_dir, threads, log)
             options = [*SCHEDULES[RULE], "(nested step on the augmented training set)"]
         else:
-            finetuned(model_dir, data, save_dir, seed, SCHEDULES[name], threads, log)
+            recipe_run(model_dir, data, save_dir, seed, threads, log, SCHEDULES[name])
             extra, options = 0.0, SCHEDULES[name]
         found["runs"][name] = {
             "options": options, "updates": updates(save_dir if name != AUGMENTED else rule_dir),
             "dev": dev_accuracy(save_dir, data),
-            "train_wall_s": {"dense": wall(save_dir, "dense"), "nested": wall(save_dir, "nested"),
-                             "augmentation": round(extra, 1)}}
+            "train_wall_s": {**train_seconds(save_dir, {}), "augmentation": round(extra, 1)}}
         write_json(path, found)
     return found
 

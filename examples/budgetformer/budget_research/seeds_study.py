@@ -69,15 +69,21 @@ def prepared(name: str, model_dir: Path, cache: Path, log: Callable[[str], None]
 
 def finetuned(model_dir: Path, dataset: Dataset, save_dir: Path, seed: int, threads: int,
               log: Callable[[str], None], options: Sequence = ()) -> None:
-    """budget-finetune into ``save_dir`` with the study's schedule and ``options`` (it
-    resumes; skipped once calibrated)."""
+    """budget-finetune into ``save_dir`` with the study's schedule and ``options``."""
+    recipe_run(model_dir, dataset.data, save_dir, seed, threads, log,
+               ["--max-updates", dataset.updates, "--validate-interval-updates", dataset.validate, *options])
+
+
+def recipe_run(model_dir: Path, data: Path, save_dir: Path, seed: int, threads: int,
+               log: Callable[[str], None], options: Sequence = ()) -> None:
+    """budget-finetune into ``save_dir`` on the CPU with ``options``, its log beside it
+    (it resumes; skipped once calibrated)."""
     if (save_dir / "nested" / "calibration.json").is_file():
         return
     log(f"budget-finetune -> {save_dir}")
     save_dir.parent.mkdir(parents=True, exist_ok=True)
-    run([Path(sys.executable).with_name("budget-finetune"), model_dir, dataset.data, save_dir, "--max-updates", dataset.updates,
-         "--validate-interval-updates", dataset.validate, "--seed", seed, "--threads", threads, "--cpu",
-         "--no-latency", *options], log_path=save_dir.parent / f"{save_dir.name}.log",
+    run([Path(sys.executable).with_name("budget-finetune"), model_dir, data, save_dir, "--seed", seed,
+         "--threads", threads, "--cpu", "--no-latency", *options], log_path=save_dir.parent / f"{save_dir.name}.log",
         progress=lambda line: "[budget-finetune" in line or "valid on 'valid'" in line)
 
 
